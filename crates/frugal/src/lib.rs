@@ -1,0 +1,31 @@
+#![warn(missing_docs)]
+//! # Frugal
+//!
+//! A Burn 0.21 backend decorator that forwards every op to the backend it wraps and keeps an
+//! exact ledger of the memory tensors hold: live and peak bytes per device, which op produced
+//! them, and a timeline.
+//!
+//! ```
+//! use burn::backend::{Autodiff, NdArray};
+//! use burn::tensor::Tensor;
+//! use frugal::Frugal;
+//!
+//! type B = Autodiff<Frugal<NdArray>>;
+//! let device = Default::default();
+//! let x = Tensor::<B, 2>::ones([256, 256], &device);
+//! let y = x.clone().matmul(x);
+//! assert!(frugal::memory::live_bytes(&device) >= 2 * 256 * 256 * 4);
+//! println!("{}", frugal::memory::report(&device));
+//! drop(y);
+//! ```
+
+mod backend;
+mod ledger;
+pub mod memory;
+pub mod ops;
+mod pool;
+mod report;
+mod tensor;
+
+pub use backend::Frugal;
+pub use tensor::FrugalTensor;

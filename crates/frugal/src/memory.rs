@@ -1,0 +1,69 @@
+//! The public memory API, keyed by device, with names a PyTorch user would guess:
+//! `live_bytes` is `torch.cuda.memory_allocated`, `peak_bytes` is `max_memory_allocated`,
+//! `report` is `memory_summary`, `snapshot` is `memory._snapshot`.
+//!
+//! The figures count every buffer held by a tensor of `Frugal<_>` on the device, once, at its
+//! logical size (elements × dtype size). Views (reshape, transpose, permute, swap_dims, slice,
+//! expand, detach) share their input's record. Where this can differ from the device's own
+//! count: allocator padding and reserved pages are not tensor bytes (see [`PoolUsage`]);
+//! when an inner backend copies for a view op (e.g. reshaping a non-contiguous tensor) while
+//! the source is still held elsewhere, the copy is not counted; and when it reuses an input
+//! buffer in place, the ledger counts input and output both until the op returns.
+
+use burn_backend::DeviceOps;
+
+use crate::ledger::Ledger;
+pub use crate::pool::{PoolUsage, pool_usage};
+pub use crate::report::{Event, EventKind, Holder, MemoryReport, Snapshot, format_bytes};
+
+/// Bytes of live tensor storage on `device`.
+pub fn live_bytes<D: DeviceOps + 'static>(device: &D) -> u64 {
+    Ledger::of_device(device).live_bytes()
+}
+
+/// Highest [`live_bytes`] since the process started or [`reset_peak`] was last called.
+pub fn peak_bytes<D: DeviceOps + 'static>(device: &D) -> u64 {
+    Ledger::of_device(device).peak_bytes()
+}
+
+/// Number of live buffers on `device` (views of one buffer count once).
+pub fn live_tensors<D: DeviceOps + 'static>(device: &D) -> u64 {
+    Ledger::of_device(device).live_tensors()
+}
+
+/// Sets the peak to the current live bytes, to measure the peak of what follows.
+pub fn reset_peak<D: DeviceOps + 'static>(device: &D) {
+    Ledger::of_device(device).reset_peak()
+}
+
+/// A summary of `device`: live and peak bytes, buffer counts, the biggest holders by op, and
+/// the CubeCL pool's own figures where the device has one. Print it with `{}`.
+///
+/// The pool figures are read as they are: call `B::sync(device)` first for settled numbers.
+pub fn report<D: DeviceOps + 'static>(device: &D) -> MemoryReport {
+    MemoryReport::of(Ledger::of_device(device), pool_usage(device))
+}
+
+/// The report plus the recorded timeline (see [`record_timeline`]), exportable as JSON.
+pub fn snapshot<D: DeviceOps + 'static>(device: &D) -> Snapshot {
+    let ledger = Ledger::of_device(device);
+    let report = MemoryReport::of(ledger, pool_usage(device));
+    ledger.with_timeline(|timeline| Snapshot {
+        report,
+        events: timeline.events.iter().cloned().collect(),
+        dropped_events: timeline.dropped,
+    })
+}
+
+/// Starts recording allocation, free and mark events on `device`, keeping the last `capacity`
+/// of them; `0` stops recording. Clears earlier events. Recording costs a lock and a small
+/// allocation per event, so it is off until asked for.
+pub fn record_timeline<D: DeviceOps + 'static>(device: &D, capacity: usize) {
+    Ledger::of_device(device).set_timeline(capacity)
+}
+
+/// Adds a labelled mark to the timeline of `device` (when recording), e.g. between the
+/// forward and backward passes, so plots can show the phases.
+pub fn mark<D: DeviceOps + 'static>(device: &D, label: &str) {
+    Ledger::of_device(device).mark(label)
+}

@@ -1,0 +1,208 @@
+//! Reports: a text summary in the style of `torch.cuda.memory_summary`, and a JSON snapshot
+//! with the event timeline.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::ledger::Ledger;
+use crate::pool::PoolUsage;
+
+/// What happened in one timeline event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A new buffer was charged.
+    Alloc,
+    /// The last tensor pointing into a buffer was dropped.
+    Free,
+    /// A label set with [`crate::memory::mark`] (e.g. "backward").
+    Mark,
+}
+
+/// One timeline event.
+#[derive(Clone, Debug, Serialize)]
+pub struct Event {
+    /// Position in the device's sequence of events and allocations.
+    pub seq: u64,
+    /// Alloc, free or mark.
+    pub kind: EventKind,
+    /// The Backend method that produced the buffer (the label, for a mark).
+    pub op: String,
+    /// Bytes of the buffer (0 for a mark).
+    pub bytes: u64,
+    /// Shape at allocation (empty for frees and marks).
+    pub shape: Vec<usize>,
+    /// Data type at allocation (empty for frees and marks).
+    pub dtype: String,
+    /// For a free, the `seq` of the matching allocation.
+    pub alloc_seq: u64,
+    /// Live bytes on the device right after the event.
+    pub live_bytes: u64,
+}
+
+/// Live bytes held by the outputs of one Backend method.
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    /// The Backend method, e.g. `float_matmul`.
+    pub op: String,
+    /// Live bytes of buffers it produced.
+    pub bytes: u64,
+    /// Number of such live buffers.
+    pub tensors: u64,
+}
+
+/// A summary of one device's ledger at one moment. `Display` prints it as a table.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryReport {
+    /// The device, as its `Debug` form prints it.
+    pub device: String,
+    /// Bytes of live tensor storage.
+    pub live_bytes: u64,
+    /// Highest `live_bytes` since the start or the last [`crate::memory::reset_peak`].
+    pub peak_bytes: u64,
+    /// Live buffers (views share one).
+    pub live_tensors: u64,
+    /// Highest `live_tensors` since the last reset.
+    pub peak_tensors: u64,
+    /// Buffers charged since the process started.
+    pub total_allocs: u64,
+    /// Bytes charged since the process started.
+    pub total_alloc_bytes: u64,
+    /// Live bytes by producing op, largest first.
+    pub holders: Vec<Holder>,
+    /// The device pool's own figures, where the device is a CubeCL one.
+    pub pool: Option<PoolUsage>,
+}
+
+impl MemoryReport {
+    pub(crate) fn of(ledger: &Ledger, pool: Option<PoolUsage>) -> Self {
+        Self {
+            device: ledger.label.clone(),
+            live_bytes: ledger.live_bytes(),
+            peak_bytes: ledger.peak_bytes(),
+            live_tensors: ledger.live_tensors(),
+            peak_tensors: ledger.peak_tensors(),
+            total_allocs: ledger.total_allocs(),
+            total_alloc_bytes: ledger.total_alloc_bytes(),
+            holders: ledger
+                .holders()
+                .into_iter()
+                .map(|(op, bytes, tensors)| Holder {
+                    op: op.name().to_string(),
+                    bytes,
+                    tensors,
+                })
+                .collect(),
+            pool,
+        }
+    }
+}
+
+/// Formats bytes with binary units, e.g. `1.50 GiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.2} {}", UNITS[unit])
+    }
+}
+
+const TOP_HOLDERS: usize = 10;
+const WIDTH: usize = 75;
+
+impl fmt::Display for MemoryReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = |f: &mut fmt::Formatter<'_>, c: char| writeln!(f, "|{}|", c.to_string().repeat(WIDTH));
+        rule(f, '=')?;
+        writeln!(f, "|{:^WIDTH$}|", "Frugal memory summary")?;
+        writeln!(f, "|{:^WIDTH$}|", format!("device: {}", self.device))?;
+        rule(f, '-')?;
+        writeln!(
+            f,
+            "| {:<26}|{:>15} |{:>15} |{:>13} |",
+            "Metric", "Current", "Peak", "Total"
+        )?;
+        rule(f, '-')?;
+        writeln!(
+            f,
+            "| {:<26}|{:>15} |{:>15} |{:>13} |",
+            "Live tensor bytes",
+            format_bytes(self.live_bytes),
+            format_bytes(self.peak_bytes),
+            format_bytes(self.total_alloc_bytes)
+        )?;
+        writeln!(
+            f,
+            "| {:<26}|{:>15} |{:>15} |{:>13} |",
+            "Live buffers", self.live_tensors, self.peak_tensors, self.total_allocs
+        )?;
+        if let Some(pool) = &self.pool {
+            rule(f, '-')?;
+            writeln!(f, "| {:<WIDTH$}|", "Device pool (CubeCL), current")?;
+            for (label, value) in [
+                ("  in use", format_bytes(pool.bytes_in_use)),
+                ("  padding", format_bytes(pool.bytes_padding)),
+                ("  reserved", format_bytes(pool.bytes_reserved)),
+                ("  allocations", pool.allocations.to_string()),
+            ] {
+                writeln!(f, "| {label:<26}|{value:>15} |{:>32}|", "")?;
+            }
+        }
+        rule(f, '-')?;
+        writeln!(
+            f,
+            "| {:<26}|{:>15} |{:>15} |{:>13} |",
+            "Top holders (by op)", "Bytes", "Buffers", "Share"
+        )?;
+        rule(f, '-')?;
+        for holder in self.holders.iter().take(TOP_HOLDERS) {
+            let share = if self.live_bytes == 0 {
+                0.0
+            } else {
+                100.0 * holder.bytes as f64 / self.live_bytes as f64
+            };
+            writeln!(
+                f,
+                "| {:<26}|{:>15} |{:>15} |{:>12.1}% |",
+                holder.op,
+                format_bytes(holder.bytes),
+                holder.tensors,
+                share
+            )?;
+        }
+        if self.holders.len() > TOP_HOLDERS {
+            writeln!(
+                f,
+                "| {:<WIDTH$}|",
+                format!("... and {} more ops", self.holders.len() - TOP_HOLDERS)
+            )?;
+        }
+        rule(f, '=')
+    }
+}
+
+/// A report plus the recorded timeline, ready to export as JSON.
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    /// The summary at the moment of the snapshot.
+    pub report: MemoryReport,
+    /// Events kept by the bounded timeline, oldest first (empty unless recording was on).
+    pub events: Vec<Event>,
+    /// Events that fell off the front of the timeline because it was full.
+    pub dropped_events: u64,
+}
+
+impl Snapshot {
+    /// The snapshot as pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a snapshot always serialises")
+    }
+}
