@@ -1,0 +1,8 @@
+//! A GPT-style language model trained on `Autodiff<Frugal<B>>`, shared by the `gpt` example
+//! binary and the benches.
+
+pub mod data;
+pub mod model;
+pub mod train;
+
+pub use model::{Gpt, GptConfig};

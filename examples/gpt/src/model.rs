@@ -1,0 +1,144 @@
+//! The GPT of `shared/anchors/torch_gpt.py`, in Burn: token and learned position embeddings,
+//! pre-norm blocks of causal self-attention (written out, scores materialised, like the
+//! `fp32_math` configuration) and a 4x GELU MLP, a final LayerNorm and an untied head.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+
+/// Model size.
+#[derive(Config, Debug)]
+pub struct GptConfig {
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Context length (positions).
+    pub seq: usize,
+    /// Width.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Blocks.
+    pub layers: usize,
+}
+
+/// One pre-norm transformer block.
+#[derive(Module, Debug)]
+pub struct Block<B: Backend> {
+    ln1: LayerNorm<B>,
+    qkv: Linear<B>,
+    proj: Linear<B>,
+    ln2: LayerNorm<B>,
+    fc1: Linear<B>,
+    fc2: Linear<B>,
+    gelu: Gelu,
+    heads: usize,
+}
+
+impl<B: Backend> Block<B> {
+    fn new(config: &GptConfig, device: &B::Device) -> Self {
+        let d = config.d_model;
+        Self {
+            ln1: LayerNormConfig::new(d).init(device),
+            qkv: LinearConfig::new(d, 3 * d).init(device),
+            proj: LinearConfig::new(d, d).init(device),
+            ln2: LayerNormConfig::new(d).init(device),
+            fc1: LinearConfig::new(d, 4 * d).init(device),
+            fc2: LinearConfig::new(4 * d, d).init(device),
+            gelu: Gelu::new(),
+            heads: config.heads,
+        }
+    }
+
+    /// Applies the block to `[batch, seq, d_model]` activations.
+    pub fn forward(&self, x: Tensor<B, 3>, causal: Tensor<B, 4, Bool>) -> Tensor<B, 3> {
+        let [b, t, d] = x.dims();
+        let hd = d / self.heads;
+        let qkv = self.qkv.forward(self.ln1.forward(x.clone()));
+        let split = |i: usize| {
+            qkv.clone()
+                .slice([0..b, 0..t, i * d..(i + 1) * d])
+                .reshape([b, t, self.heads, hd])
+                .swap_dims(1, 2)
+        };
+        let (q, k, v) = (split(0), split(1), split(2));
+        let scores = q.matmul(k.swap_dims(2, 3)).div_scalar((hd as f64).sqrt());
+        let scores = scores.mask_fill(causal, f32::NEG_INFINITY);
+        let y = softmax(scores, 3).matmul(v);
+        let y = y.swap_dims(1, 2).reshape([b, t, d]);
+        let x = x + self.proj.forward(y);
+        let h = self.fc2.forward(self.gelu.forward(self.fc1.forward(self.ln2.forward(x.clone()))));
+        x + h
+    }
+}
+
+/// The whole model.
+#[derive(Module, Debug)]
+pub struct Gpt<B: Backend> {
+    tok: Embedding<B>,
+    pos: Embedding<B>,
+    blocks: Vec<Block<B>>,
+    ln: LayerNorm<B>,
+    head: Linear<B>,
+}
+
+impl GptConfig {
+    /// The reference configuration of `torch_gpt.py`: 12 layers, d 768, 12 heads, vocab 8192,
+    /// seq 512.
+    pub fn reference() -> Self {
+        Self::new(8192, 512, 768, 12, 12)
+    }
+
+    /// Builds the model with Burn's default initialisation.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt<B> {
+        assert!(
+            self.d_model % self.heads == 0,
+            "d_model ({}) must be a multiple of heads ({})",
+            self.d_model,
+            self.heads
+        );
+        Gpt {
+            tok: EmbeddingConfig::new(self.vocab, self.d_model).init(device),
+            pos: EmbeddingConfig::new(self.seq, self.d_model).init(device),
+            blocks: (0..self.layers).map(|_| Block::new(self, device)).collect(),
+            ln: LayerNormConfig::new(self.d_model).init(device),
+            head: LinearConfig::new(self.d_model, self.vocab).init(device),
+        }
+    }
+
+    /// Number of parameters, as PyTorch counts them for the same model.
+    pub fn parameters(&self) -> usize {
+        let (v, s, d) = (self.vocab, self.seq, self.d_model);
+        let block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+        v * d + s * d + self.layers * block + 2 * d + d * v + v
+    }
+}
+
+impl<B: Backend> Gpt<B> {
+    /// Logits `[batch, seq, vocab]` for tokens `[batch, seq]`.
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let [b, t] = tokens.dims();
+        let device = tokens.device();
+        let positions = Tensor::<B, 1, Int>::arange(0..t as i64, &device)
+            .reshape([1, t])
+            .expand([b, t]);
+        let mut h = self.tok.forward(tokens) + self.pos.forward(positions);
+        let causal = Tensor::<B, 2, Bool>::triu_mask([t, t], 1, &device).reshape([1, 1, t, t]);
+        for block in &self.blocks {
+            h = block.forward(h, causal.clone());
+        }
+        self.head.forward(self.ln.forward(h))
+    }
+
+    /// Mean cross-entropy of next-token prediction: `targets[b, i]` follows `tokens[b, i]`.
+    pub fn loss(&self, tokens: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+        let logits = self.forward(tokens);
+        let [b, t, v] = logits.dims();
+        CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits.reshape([b * t, v]), targets.reshape([b * t]))
+    }
+}

@@ -1,0 +1,64 @@
+//! One training step, generic over the autodiff backend, and the optimizer used by both the
+//! example and the benches (AdamW with PyTorch's defaults, as in `torch_gpt.py`).
+
+use burn::module::AutodiffModule;
+use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer, adaptor::OptimizerAdaptor};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+
+use crate::model::Gpt;
+
+/// The optimizer type for a model on backend `B`.
+pub type GptOptimizer<B> = OptimizerAdaptor<AdamW, Gpt<B>, B>;
+
+/// AdamW with PyTorch's defaults (eps 1e-8, weight decay 0.01).
+pub fn optimizer<B: AutodiffBackend>() -> GptOptimizer<B> {
+    AdamWConfig::new()
+        .with_epsilon(1e-8)
+        .with_weight_decay(0.01)
+        .init()
+}
+
+/// Phases of a step, reported to a callback so callers can read memory between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Inputs are on the device.
+    Start,
+    /// The forward pass and loss are computed.
+    Forward,
+    /// Gradients are computed.
+    Backward,
+    /// Parameters are updated.
+    Optimizer,
+}
+
+/// One step: forward, backward, AdamW update. Returns the new model and the loss (read back
+/// to the host, which also synchronises the device).
+pub fn step<B: AutodiffBackend>(
+    model: Gpt<B>,
+    optim: &mut GptOptimizer<B>,
+    (inputs, targets): (Vec<i64>, Vec<i64>),
+    batch: usize,
+    seq: usize,
+    lr: f64,
+    device: &B::Device,
+    mut on_phase: impl FnMut(Phase),
+) -> (Gpt<B>, f32) {
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(inputs, [batch, seq]), device);
+    let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [batch, seq]), device);
+    on_phase(Phase::Start);
+    let loss = model.loss(tokens, targets);
+    on_phase(Phase::Forward);
+    let grads = loss.backward();
+    let loss_value = loss.into_scalar().elem::<f32>();
+    on_phase(Phase::Backward);
+    let grads = GradientsParams::from_grads(grads, &model);
+    let model = optim.step(lr, model, grads);
+    on_phase(Phase::Optimizer);
+    (model, loss_value)
+}
+
+/// The model without autodiff, for evaluation.
+pub fn valid<B: AutodiffBackend>(model: &Gpt<B>) -> Gpt<B::InnerBackend> {
+    model.valid()
+}
