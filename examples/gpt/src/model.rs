@@ -126,7 +126,9 @@ impl<B: Backend> Gpt<B> {
             .reshape([1, t])
             .expand([b, t]);
         let mut h = self.tok.forward(tokens) + self.pos.forward(positions);
-        let causal = Tensor::<B, 2, Bool>::triu_mask([t, t], 1, &device).reshape([1, 1, t, t]);
+        // True where key j > query i. Burn's `tril_mask` is true *outside* the lower
+        // triangle, i.e. exactly the future positions.
+        let causal = Tensor::<B, 2, Bool>::tril_mask([t, t], 0, &device).reshape([1, 1, t, t]);
         for block in &self.blocks {
             h = block.forward(h, causal.clone());
         }
