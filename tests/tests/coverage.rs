@@ -123,7 +123,11 @@ fn every_backend_method_is_forwarded_and_covered() {
         .into_iter()
         .map(|(t, m)| (t.to_string(), m.to_string()))
         .collect();
-    assert!(burn.len() > 400, "parsed only {} methods from burn-backend", burn.len());
+    assert!(
+        burn.len() > 400,
+        "parsed only {} methods from burn-backend",
+        burn.len()
+    );
     let missing: Vec<_> = burn.difference(&ours).collect();
     let extra: Vec<_> = ours.difference(&burn).collect();
     assert!(
@@ -157,7 +161,10 @@ fn every_backend_method_is_forwarded_and_covered() {
         }
     }
 
-    let uncovered: Vec<_> = ours.iter().filter(|k| !covered_by.contains_key(*k)).collect();
+    let uncovered: Vec<_> = ours
+        .iter()
+        .filter(|k| !covered_by.contains_key(*k))
+        .collect();
     let without_own_case: Vec<_> = ours
         .iter()
         .filter(|(_, m)| !case_names.contains(m.as_str()))
@@ -195,5 +202,9 @@ fn every_backend_method_is_forwarded_and_covered() {
         committed, table,
         "tests/coverage.txt is out of date; run with FRUGAL_BLESS=1 to rewrite it"
     );
-    println!("{} of {} Backend methods covered", covered_by.len(), ours.len());
+    println!(
+        "{} of {} Backend methods covered",
+        covered_by.len(),
+        ours.len()
+    );
 }

@@ -53,13 +53,18 @@ impl Model {
     }
 
     fn expected_buffers(&self) -> u64 {
-        self.live.iter().map(|(_, id)| *id).collect::<BTreeSet<_>>().len() as u64
+        self.live
+            .iter()
+            .map(|(_, id)| *id)
+            .collect::<BTreeSet<_>>()
+            .len() as u64
     }
 
     fn fresh(&mut self, tensor: Tensor<Wrapped, 2>) {
         let id = self.next_id;
         self.next_id += 1;
-        self.bytes.insert(id, tensor.shape().num_elements() as u64 * 4);
+        self.bytes
+            .insert(id, tensor.shape().num_elements() as u64 * 4);
         self.live.push((tensor, id));
     }
 
@@ -170,7 +175,12 @@ fn timeline_events_account_for_every_byte() {
     assert_eq!(start as i64 + delta, memory::live_bytes(&device) as i64);
     let last = snapshot.events.last().unwrap();
     assert_eq!(last.live_bytes, memory::live_bytes(&device));
-    assert!(snapshot.events.iter().any(|e| e.op == "float_matmul" && e.shape == vec![8, 8]));
+    assert!(
+        snapshot
+            .events
+            .iter()
+            .any(|e| e.op == "float_matmul" && e.shape == vec![8, 8])
+    );
     let json: serde_json::Value = serde_json::from_str(&snapshot.to_json()).unwrap();
     assert!(json["events"].as_array().unwrap().len() >= 4);
     drop(b);

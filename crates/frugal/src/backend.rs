@@ -48,7 +48,11 @@ impl<B: Backend> Backend for Frugal<B> {
         B::ad_enabled(device)
     }
 
-    fn memory_persistent_allocations<Output: Send, Input: Send, Func: Fn(Input) -> Output + Send>(
+    fn memory_persistent_allocations<
+        Output: Send,
+        Input: Send,
+        Func: Fn(Input) -> Output + Send,
+    >(
         device: &Device<Self>,
         input: Input,
         func: Func,

@@ -26,7 +26,6 @@ pub(crate) struct Ledger {
     peak_tensors: AtomicU64,
     total_allocs: AtomicU64,
     total_alloc_bytes: AtomicU64,
-    seq: AtomicU64,
     live_bytes_by_op: Box<[AtomicU64]>,
     live_tensors_by_op: Box<[AtomicU64]>,
     calls_by_op: Box<[AtomicU64]>,
@@ -38,6 +37,7 @@ pub(crate) struct Timeline {
     pub(crate) capacity: usize,
     pub(crate) events: VecDeque<Event>,
     pub(crate) dropped: u64,
+    next_seq: u64,
 }
 
 fn atomics(n: usize) -> Box<[AtomicU64]> {
@@ -57,7 +57,6 @@ impl Ledger {
             peak_tensors: AtomicU64::new(0),
             total_allocs: AtomicU64::new(0),
             total_alloc_bytes: AtomicU64::new(0),
-            seq: AtomicU64::new(0),
             live_bytes_by_op: atomics(OP_COUNT),
             live_tensors_by_op: atomics(OP_COUNT),
             calls_by_op: atomics(OP_COUNT),
@@ -66,6 +65,7 @@ impl Ledger {
                 capacity: 0,
                 events: VecDeque::new(),
                 dropped: 0,
+                next_seq: 0,
             }),
         }
     }
@@ -113,18 +113,22 @@ impl Ledger {
         let shape = tensor.shape();
         let dtype = tensor.dtype();
         let bytes = tensor_bytes(&shape, dtype);
-        let seq = self.seq.fetch_add(1, Relaxed);
+        let seq = self.total_allocs.fetch_add(1, Relaxed);
         let live = self.live_bytes.fetch_add(bytes, Relaxed) + bytes;
-        self.peak_bytes.fetch_max(live, Relaxed);
+        // A plain load first: the read-modify-write is only needed at a new high.
+        if live > self.peak_bytes.load(Relaxed) {
+            self.peak_bytes.fetch_max(live, Relaxed);
+        }
         let tensors = self.live_tensors.fetch_add(1, Relaxed) + 1;
-        self.peak_tensors.fetch_max(tensors, Relaxed);
-        self.total_allocs.fetch_add(1, Relaxed);
+        if tensors > self.peak_tensors.load(Relaxed) {
+            self.peak_tensors.fetch_max(tensors, Relaxed);
+        }
         self.total_alloc_bytes.fetch_add(bytes, Relaxed);
         self.live_bytes_by_op[op.index()].fetch_add(bytes, Relaxed);
         self.live_tensors_by_op[op.index()].fetch_add(1, Relaxed);
         if self.timeline_on.load(Relaxed) {
             self.push_event(Event {
-                seq,
+                seq: 0,
                 kind: EventKind::Alloc,
                 op: op.name().to_string(),
                 bytes,
@@ -150,9 +154,8 @@ impl Ledger {
         self.live_bytes_by_op[storage.op.index()].fetch_sub(storage.bytes, Relaxed);
         self.live_tensors_by_op[storage.op.index()].fetch_sub(1, Relaxed);
         if self.timeline_on.load(Relaxed) {
-            let seq = self.seq.fetch_add(1, Relaxed);
             self.push_event(Event {
-                seq,
+                seq: 0,
                 kind: EventKind::Free,
                 op: storage.op.name().to_string(),
                 bytes: storage.bytes,
@@ -167,25 +170,26 @@ impl Ledger {
     /// Adds a named mark (e.g. "backward") to the timeline, if it is on.
     pub(crate) fn mark(&self, label: &str) {
         if self.timeline_on.load(Relaxed) {
-            let seq = self.seq.fetch_add(1, Relaxed);
             self.push_event(Event {
-                seq,
+                seq: 0,
                 kind: EventKind::Mark,
                 op: label.to_string(),
                 bytes: 0,
                 shape: Vec::new(),
                 dtype: String::new(),
-                alloc_seq: seq,
+                alloc_seq: 0,
                 live_bytes: self.live_bytes(),
             });
         }
     }
 
-    fn push_event(&self, event: Event) {
+    fn push_event(&self, mut event: Event) {
         let mut timeline = self.timeline.lock().unwrap();
         if timeline.capacity == 0 {
             return;
         }
+        event.seq = timeline.next_seq;
+        timeline.next_seq += 1;
         if timeline.events.len() == timeline.capacity {
             timeline.events.pop_front();
             timeline.dropped += 1;
@@ -199,6 +203,7 @@ impl Ledger {
         timeline.capacity = capacity;
         timeline.events = VecDeque::with_capacity(capacity.min(1 << 16));
         timeline.dropped = 0;
+        timeline.next_seq = 0;
         self.timeline_on.store(capacity > 0, Relaxed);
     }
 

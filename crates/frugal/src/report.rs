@@ -23,7 +23,7 @@ pub enum EventKind {
 /// One timeline event.
 #[derive(Clone, Debug, Serialize)]
 pub struct Event {
-    /// Position in the device's sequence of events and allocations.
+    /// Position of the event in the device's timeline since recording started.
     pub seq: u64,
     /// Alloc, free or mark.
     pub kind: EventKind,
@@ -35,7 +35,8 @@ pub struct Event {
     pub shape: Vec<usize>,
     /// Data type at allocation (empty for frees and marks).
     pub dtype: String,
-    /// For a free, the `seq` of the matching allocation.
+    /// The allocation's number on the device (the n-th buffer charged since the process
+    /// started): on an alloc, its own; on a free, the one it releases; 0 on a mark.
     pub alloc_seq: u64,
     /// Live bytes on the device right after the event.
     pub live_bytes: u64,
@@ -120,7 +121,8 @@ const WIDTH: usize = 75;
 
 impl fmt::Display for MemoryReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rule = |f: &mut fmt::Formatter<'_>, c: char| writeln!(f, "|{}|", c.to_string().repeat(WIDTH));
+        let rule =
+            |f: &mut fmt::Formatter<'_>, c: char| writeln!(f, "|{}|", c.to_string().repeat(WIDTH));
         rule(f, '=')?;
         writeln!(f, "|{:^WIDTH$}|", "Frugal memory summary")?;
         writeln!(f, "|{:^WIDTH$}|", format!("device: {}", self.device))?;

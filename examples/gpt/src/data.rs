@@ -30,12 +30,22 @@ impl Corpus {
     /// The generated default corpus of about `bytes` bytes, the same for the same seed.
     pub fn generated(bytes: usize, seed: u64) -> Self {
         const SUBJECTS: [&str; 8] = [
-            "the cat", "a dog", "the old fox", "my bird", "the small horse", "a brown bear",
-            "the quiet owl", "a young wolf",
+            "the cat",
+            "a dog",
+            "the old fox",
+            "my bird",
+            "the small horse",
+            "a brown bear",
+            "the quiet owl",
+            "a young wolf",
         ];
         const VERBS: [&str; 6] = ["sees", "follows", "likes", "finds", "chases", "watches"];
         const PLACES: [&str; 5] = [
-            "near the river", "in the forest", "at dawn", "under the bridge", "on the hill",
+            "near the river",
+            "in the forest",
+            "at dawn",
+            "under the bridge",
+            "on the hill",
         ];
         let mut rng = StdRng::seed_from_u64(seed);
         let mut text = String::with_capacity(bytes + 64);
@@ -58,7 +68,13 @@ impl Corpus {
 
     /// The `step`-th batch: `batch` random windows of `seq + 1` tokens, split into inputs and
     /// next-token targets. Depends only on `(seed, step)`, so a resumed run sees the same data.
-    pub fn batch(&self, seed: u64, step: u64, batch: usize, seq: usize) -> Result<(Vec<i64>, Vec<i64>), String> {
+    pub fn batch(
+        &self,
+        seed: u64,
+        step: u64,
+        batch: usize,
+        seq: usize,
+    ) -> Result<(Vec<i64>, Vec<i64>), String> {
         if self.tokens.len() <= seq + 1 {
             return Err(format!(
                 "the corpus has {} tokens; --seq {seq} needs at least {}",
@@ -80,9 +96,19 @@ impl Corpus {
 }
 
 /// Uniformly random tokens, as `torch_gpt.py` trains on: the `step`-th batch for a seed.
-pub fn random_tokens(seed: u64, step: u64, batch: usize, seq: usize, vocab: usize) -> (Vec<i64>, Vec<i64>) {
+pub fn random_tokens(
+    seed: u64,
+    step: u64,
+    batch: usize,
+    seq: usize,
+    vocab: usize,
+) -> (Vec<i64>, Vec<i64>) {
     let mut rng = StdRng::seed_from_u64(seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut draw = || (0..batch * seq).map(|_| rng.random_range(0..vocab as i64)).collect::<Vec<_>>();
+    let mut draw = || {
+        (0..batch * seq)
+            .map(|_| rng.random_range(0..vocab as i64))
+            .collect::<Vec<_>>()
+    };
     let inputs = draw();
     let targets = draw();
     (inputs, targets)

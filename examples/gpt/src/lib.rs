@@ -3,6 +3,8 @@
 
 pub mod data;
 pub mod model;
+pub mod plot;
+pub mod run;
 pub mod train;
 
 pub use model::{Gpt, GptConfig};

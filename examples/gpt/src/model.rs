@@ -5,7 +5,9 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{
+    Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+};
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
@@ -70,7 +72,10 @@ impl<B: Backend> Block<B> {
         let y = softmax(scores, 3).matmul(v);
         let y = y.swap_dims(1, 2).reshape([b, t, d]);
         let x = x + self.proj.forward(y);
-        let h = self.fc2.forward(self.gelu.forward(self.fc1.forward(self.ln2.forward(x.clone()))));
+        let h = self.fc2.forward(
+            self.gelu
+                .forward(self.fc1.forward(self.ln2.forward(x.clone()))),
+        );
         x + h
     }
 }
@@ -112,7 +117,8 @@ impl GptConfig {
     /// Number of parameters, as PyTorch counts them for the same model.
     pub fn parameters(&self) -> usize {
         let (v, s, d) = (self.vocab, self.seq, self.d_model);
-        let block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+        let block =
+            2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
         v * d + s * d + self.layers * block + 2 * d + d * v + v
     }
 }

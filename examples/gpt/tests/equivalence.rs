@@ -2,7 +2,7 @@
 //! `Autodiff<B>`: 20 AdamW steps of a small GPT on NdArray.
 
 use burn::backend::{Autodiff, NdArray};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use frugal::Frugal;
 use gpt::GptConfig;
 use gpt::data::{BYTE_VOCAB, Corpus};
@@ -30,7 +30,10 @@ fn losses<B: AutodiffBackend>(steps: u64) -> Vec<f32> {
 fn twenty_steps_give_identical_losses() {
     let plain = losses::<Autodiff<NdArray>>(20);
     let frugal = losses::<Autodiff<Frugal<NdArray>>>(20);
-    assert!(plain.iter().all(|l| l.is_finite()), "losses not finite: {plain:?}");
+    assert!(
+        plain.iter().all(|l| l.is_finite()),
+        "losses not finite: {plain:?}"
+    );
     assert_eq!(
         plain.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
         frugal.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),

@@ -15,14 +15,23 @@ fn changing_a_future_token_leaves_earlier_logits_unchanged() {
     let mut b = a.clone();
     b[5] = 15;
     let logits = |tokens: Vec<i64>| {
-        model.forward(Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [1, 8]), &device))
+        model.forward(Tensor::<B, 2, Int>::from_data(
+            TensorData::new(tokens, [1, 8]),
+            &device,
+        ))
     };
     let (la, lb) = (logits(a), logits(b));
     la.clone()
         .slice([0..1, 0..5])
         .into_data()
-        .assert_approx_eq::<f32>(&lb.clone().slice([0..1, 0..5]).into_data(), Tolerance::default());
-    let later = (la.slice([0..1, 5..8]) - lb.slice([0..1, 5..8])).abs().max().into_scalar();
+        .assert_approx_eq::<f32>(
+            &lb.clone().slice([0..1, 0..5]).into_data(),
+            Tolerance::default(),
+        );
+    let later = (la.slice([0..1, 5..8]) - lb.slice([0..1, 5..8]))
+        .abs()
+        .max()
+        .into_scalar();
     assert!(later > 1e-6, "position 5 onwards should see the change");
 }
 

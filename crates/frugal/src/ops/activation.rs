@@ -1,8 +1,8 @@
 //! Forwarding of Burn's `ActivationOps`.
 
 use burn_backend::Backend;
-use burn_backend::ops::ActivationOps;
 use burn_backend::Scalar;
+use burn_backend::ops::ActivationOps;
 
 use crate::Frugal;
 

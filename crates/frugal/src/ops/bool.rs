@@ -1,15 +1,15 @@
 //! Forwarding of Burn's `BoolTensorOps`.
 
 use burn_backend::Backend;
-use burn_backend::ops::BoolTensorOps;
 use burn_backend::BoolDType;
-use burn_backend::tensor::Device;
 use burn_backend::FloatDType;
 use burn_backend::IntDType;
 use burn_backend::Scalar;
 use burn_backend::Shape;
 use burn_backend::Slice;
 use burn_backend::TensorData;
+use burn_backend::ops::BoolTensorOps;
+use burn_backend::tensor::Device;
 
 use crate::Frugal;
 

@@ -1,18 +1,18 @@
 //! Forwarding of Burn's `FloatTensorOps`.
 
 use burn_backend::Backend;
-use burn_backend::ops::FloatTensorOps;
 use burn_backend::BoolDType;
-use burn_backend::tensor::Device;
 use burn_backend::Distribution;
 use burn_backend::FloatDType;
-use burn_backend::ops::GridSampleOptions;
-use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::IntDType;
 use burn_backend::Scalar;
 use burn_backend::Shape;
 use burn_backend::Slice;
 use burn_backend::TensorData;
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::ops::GridSampleOptions;
+use burn_backend::tensor::Device;
+use burn_backend::tensor::IndexingUpdateOp;
 
 use crate::Frugal;
 

@@ -1,18 +1,18 @@
 //! Forwarding of Burn's `IntTensorOps`.
 
 use burn_backend::Backend;
-use burn_backend::ops::IntTensorOps;
 use burn_backend::BoolDType;
-use burn_backend::tensor::Device;
 use burn_backend::Distribution;
 use burn_backend::FloatDType;
-use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::IntDType;
-use core::ops::Range;
 use burn_backend::Scalar;
 use burn_backend::Shape;
 use burn_backend::Slice;
 use burn_backend::TensorData;
+use burn_backend::ops::IntTensorOps;
+use burn_backend::tensor::Device;
+use burn_backend::tensor::IndexingUpdateOp;
+use core::ops::Range;
 
 use crate::Frugal;
 

@@ -17,7 +17,6 @@
 //! argument). Ops listed under `views:` return a tensor that shares its input's storage record
 //! instead of being charged again, so a buffer is never counted twice.
 
-
 mod activation;
 mod bool;
 mod float;
@@ -25,7 +24,6 @@ mod int;
 mod module;
 mod qtensor;
 mod transaction;
-
 
 /// Index of a forwarded Backend method, global across op families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -162,23 +160,58 @@ pub(crate) use frugal_ty;
 /// Splits an argument into what the inner backend takes and the storage records to keep alive
 /// until the outputs are charged.
 macro_rules! split_arg {
-    (F, $a:ident) => { { let $crate::tensor::FrugalTensor { inner, storage } = $a; (inner, storage) } };
-    (I, $a:ident) => { $crate::ops::split_arg!(F, $a) };
-    (Bo, $a:ident) => { $crate::ops::split_arg!(F, $a) };
-    (Q, $a:ident) => { $crate::ops::split_arg!(F, $a) };
-    (RF, $a:ident) => { (&$a.inner, ()) };
-    (RI, $a:ident) => { (&$a.inner, ()) };
-    (RBo, $a:ident) => { (&$a.inner, ()) };
-    (RQ, $a:ident) => { (&$a.inner, ()) };
-    (VF, $a:ident) => { $crate::tensor::split_vec($a) };
-    (VI, $a:ident) => { $crate::tensor::split_vec($a) };
-    (VBo, $a:ident) => { $crate::tensor::split_vec($a) };
-    (VQ, $a:ident) => { $crate::tensor::split_vec($a) };
-    (OF, $a:ident) => { $crate::tensor::split_opt($a) };
-    (OBo, $a:ident) => { $crate::tensor::split_opt($a) };
-    (TP, $a:ident) => { $crate::tensor::split_primitive::<B>($a) };
-    (QP, $a:ident) => { $crate::tensor::split_qparams::<B>($a) };
-    ($other:tt, $a:ident) => { ($a, ()) };
+    (F, $a:ident) => {{
+        let $crate::tensor::FrugalTensor { inner, storage } = $a;
+        (inner, storage)
+    }};
+    (I, $a:ident) => {
+        $crate::ops::split_arg!(F, $a)
+    };
+    (Bo, $a:ident) => {
+        $crate::ops::split_arg!(F, $a)
+    };
+    (Q, $a:ident) => {
+        $crate::ops::split_arg!(F, $a)
+    };
+    (RF, $a:ident) => {
+        (&$a.inner, ())
+    };
+    (RI, $a:ident) => {
+        (&$a.inner, ())
+    };
+    (RBo, $a:ident) => {
+        (&$a.inner, ())
+    };
+    (RQ, $a:ident) => {
+        (&$a.inner, ())
+    };
+    (VF, $a:ident) => {
+        $crate::tensor::split_vec($a)
+    };
+    (VI, $a:ident) => {
+        $crate::tensor::split_vec($a)
+    };
+    (VBo, $a:ident) => {
+        $crate::tensor::split_vec($a)
+    };
+    (VQ, $a:ident) => {
+        $crate::tensor::split_vec($a)
+    };
+    (OF, $a:ident) => {
+        $crate::tensor::split_opt($a)
+    };
+    (OBo, $a:ident) => {
+        $crate::tensor::split_opt($a)
+    };
+    (TP, $a:ident) => {
+        $crate::tensor::split_primitive::<B>($a)
+    };
+    (QP, $a:ident) => {
+        $crate::tensor::split_qparams::<B>($a)
+    };
+    ($other:tt, $a:ident) => {
+        ($a, ())
+    };
 }
 pub(crate) use split_arg;
 
@@ -205,21 +238,46 @@ pub(crate) use ledger_of;
 
 /// Wraps an inner backend's output, charging new tensors to `$ledger` under `$op`.
 macro_rules! wrap_out {
-    (F, $o:ident, $l:ident, $op:ident) => { $crate::tensor::FrugalTensor::track($o, $l, $op) };
-    (I, $o:ident, $l:ident, $op:ident) => { $crate::tensor::FrugalTensor::track($o, $l, $op) };
-    (Bo, $o:ident, $l:ident, $op:ident) => { $crate::tensor::FrugalTensor::track($o, $l, $op) };
-    (Q, $o:ident, $l:ident, $op:ident) => { $crate::tensor::FrugalTensor::track($o, $l, $op) };
-    (TP, $o:ident, $l:ident, $op:ident) => { $crate::tensor::track_primitive::<B>($o, $l, $op) };
-    (MaxPool1dWithIndices, $o:ident, $l:ident, $op:ident) => { $crate::tensor::track_max_pool1d::<B>($o, $l, $op) };
-    (MaxPool2dWithIndices, $o:ident, $l:ident, $op:ident) => { $crate::tensor::track_max_pool2d::<B>($o, $l, $op) };
-    (MaxPool1dBackward, $o:ident, $l:ident, $op:ident) => { $crate::tensor::track_max_pool1d_backward::<B>($o, $l, $op) };
-    (MaxPool2dBackward, $o:ident, $l:ident, $op:ident) => { $crate::tensor::track_max_pool2d_backward::<B>($o, $l, $op) };
-    (DeformConv2dBackward, $o:ident, $l:ident, $op:ident) => { $crate::tensor::track_deform_conv2d_backward::<B>($o, $l, $op) };
+    (F, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::FrugalTensor::track($o, $l, $op)
+    };
+    (I, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::FrugalTensor::track($o, $l, $op)
+    };
+    (Bo, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::FrugalTensor::track($o, $l, $op)
+    };
+    (Q, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::FrugalTensor::track($o, $l, $op)
+    };
+    (TP, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::track_primitive::<B>($o, $l, $op)
+    };
+    (MaxPool1dWithIndices, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::track_max_pool1d::<B>($o, $l, $op)
+    };
+    (MaxPool2dWithIndices, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::track_max_pool2d::<B>($o, $l, $op)
+    };
+    (MaxPool1dBackward, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::track_max_pool1d_backward::<B>($o, $l, $op)
+    };
+    (MaxPool2dBackward, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::track_max_pool2d_backward::<B>($o, $l, $op)
+    };
+    (DeformConv2dBackward, $o:ident, $l:ident, $op:ident) => {
+        $crate::tensor::track_deform_conv2d_backward::<B>($o, $l, $op)
+    };
     (($a:tt, $b:tt), $o:ident, $l:ident, $op:ident) => {{
         let (first, second) = $o;
-        ($crate::ops::wrap_out!($a, first, $l, $op), $crate::ops::wrap_out!($b, second, $l, $op))
+        (
+            $crate::ops::wrap_out!($a, first, $l, $op),
+            $crate::ops::wrap_out!($b, second, $l, $op),
+        )
     }};
-    ([$($t:tt)*], $o:ident, $l:ident, $op:ident) => { $o };
+    ([$($t:tt)*], $o:ident, $l:ident, $op:ident) => {
+        $o
+    };
 }
 pub(crate) use wrap_out;
 
@@ -296,4 +354,3 @@ macro_rules! into_data {
     };
 }
 pub(crate) use into_data;
-

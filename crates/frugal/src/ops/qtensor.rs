@@ -1,16 +1,16 @@
 //! Forwarding of Burn's `QTensorOps`.
 
 use burn_backend::Backend;
-use burn_backend::ops::QTensorOps;
 use burn_backend::BoolDType;
-use burn_backend::tensor::Device;
 use burn_backend::FloatDType;
 use burn_backend::IntDType;
-use burn_backend::quantization::QuantScheme;
 use burn_backend::Scalar;
 use burn_backend::Shape;
 use burn_backend::Slice;
 use burn_backend::TensorData;
+use burn_backend::ops::QTensorOps;
+use burn_backend::quantization::QuantScheme;
+use burn_backend::tensor::Device;
 
 use crate::Frugal;
 

@@ -1,0 +1,404 @@
+//! The training run behind the `gpt` binary: options, the loop, progress, logs, checkpoints.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::backend::Autodiff;
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::Backend;
+use clap::{Parser, ValueEnum};
+use frugal::Frugal;
+use frugal::memory::{self, format_bytes};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::data::{BYTE_VOCAB, Corpus};
+use crate::model::{Gpt, GptConfig};
+use crate::train::{self, GptOptimizer, Phase};
+
+/// Where to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceKind {
+    /// NdArray on the CPU.
+    Cpu,
+    /// wgpu (Vulkan, Metal, DX12); build with `--features wgpu`.
+    Wgpu,
+    /// CUDA; build with `--features cuda`.
+    Cuda,
+}
+
+/// Train a GPT-style model on Autodiff<Frugal<B>> and report exactly where its memory goes.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "gpt", version)]
+pub struct TrainArgs {
+    /// Where to run.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceKind,
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 2)]
+    pub layers: usize,
+    /// Model width.
+    #[arg(long, default_value_t = 64)]
+    pub d_model: usize,
+    /// Attention heads (must divide --d-model).
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Context length in tokens.
+    #[arg(long, default_value_t = 64)]
+    pub seq: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Total optimizer steps (a resumed run continues up to this number).
+    #[arg(long, default_value_t = 300)]
+    pub steps: u64,
+    /// AdamW learning rate.
+    #[arg(long, default_value_t = 2e-3)]
+    pub lr: f64,
+    /// A UTF-8 text file to train on (default: a corpus generated from a small grammar).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Seed for the model, the corpus and the batches.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Folder for the per-step log (steps.json), the memory snapshot and plot.
+    #[arg(long, default_value = "runs/gpt")]
+    pub out: PathBuf,
+    /// Folder for training checkpoints (default: OUT/checkpoints).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Save a checkpoint every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0)]
+    pub save_every: u64,
+    /// Continue from the latest checkpoint in the checkpoint folder.
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bar (for logs and tests).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl TrainArgs {
+    fn checkpoints(&self) -> PathBuf {
+        self.checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| self.out.join("checkpoints"))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.heads == 0 || self.d_model % self.heads != 0 {
+            return Err(format!(
+                "--heads {} must be at least 1 and divide --d-model {}",
+                self.heads, self.d_model
+            ));
+        }
+        for (name, value) in [
+            ("layers", self.layers as u64),
+            ("seq", self.seq as u64),
+            ("batch", self.batch as u64),
+            ("steps", self.steps),
+        ] {
+            if value == 0 {
+                return Err(format!("--{name} must be at least 1, got 0"));
+            }
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(format!("--lr must be a positive number, got {}", self.lr));
+        }
+        Ok(())
+    }
+}
+
+/// Figures of one step, as written to `steps.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StepLog {
+    /// Step number, from 0.
+    pub step: u64,
+    /// Training loss.
+    pub loss: f32,
+    /// Wall time of the step.
+    pub step_ms: f64,
+    /// Tokens per second over the step.
+    pub tokens_per_s: f64,
+    /// Ledger live bytes after the step.
+    pub live_bytes: u64,
+    /// Ledger peak bytes since the start of the run.
+    pub peak_bytes: u64,
+}
+
+/// What a checkpoint holds besides the model and optimizer records.
+#[derive(Debug, Serialize, Deserialize)]
+struct TrainState {
+    /// Steps done; the next step to run.
+    next_step: u64,
+    seed: u64,
+    layers: usize,
+    d_model: usize,
+    heads: usize,
+    seq: usize,
+    /// The log so far, so a resumed run's log is the whole run's.
+    log: Vec<StepLog>,
+}
+
+type Ad<B> = Autodiff<Frugal<B>>;
+
+/// Runs training on `B` (wrapped as `Autodiff<Frugal<B>>`) and returns the per-step log.
+pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<StepLog>, String> {
+    args.validate()?;
+    let corpus = match &args.data {
+        Some(path) => Corpus::from_file(path)?,
+        None => Corpus::generated(400_000, args.seed),
+    };
+    corpus.batch(args.seed, 0, 1, args.seq)?;
+    let config = GptConfig::new(BYTE_VOCAB, args.seq, args.d_model, args.heads, args.layers);
+    <Ad<B> as Backend>::seed(&device, args.seed);
+    let mut model = config.init::<Ad<B>>(&device);
+    let mut optim = train::optimizer::<Ad<B>>();
+    let mut log = Vec::with_capacity(args.steps as usize);
+    let mut first = 0;
+    if args.resume {
+        match latest_checkpoint(&args.checkpoints())? {
+            Some(dir) => {
+                let state;
+                (model, optim, state) = load_checkpoint::<B>(&dir, model, optim, &device)?;
+                if (
+                    state.layers,
+                    state.d_model,
+                    state.heads,
+                    state.seq,
+                    state.seed,
+                ) != (args.layers, args.d_model, args.heads, args.seq, args.seed)
+                {
+                    return Err(format!(
+                        "checkpoint {} was made with --layers {} --d-model {} --heads {} --seq {} --seed {}; \
+                         resume with the same values",
+                        dir.display(),
+                        state.layers,
+                        state.d_model,
+                        state.heads,
+                        state.seq,
+                        state.seed
+                    ));
+                }
+                first = state.next_step;
+                log = state.log;
+                if !args.quiet {
+                    println!("resuming from {} at step {first}", dir.display());
+                }
+            }
+            None => {
+                return Err(format!(
+                    "--resume: no checkpoint in {}",
+                    args.checkpoints().display()
+                ));
+            }
+        }
+    }
+    if !args.quiet {
+        println!(
+            "gpt: {} parameters ({} layers, d_model {}, {} heads), batch {} x {} tokens, steps {}..{} on {}",
+            model.num_params(),
+            args.layers,
+            args.d_model,
+            args.heads,
+            args.batch,
+            args.seq,
+            first,
+            args.steps,
+            <Ad<B> as Backend>::name(&device)
+        );
+    }
+
+    let bar = ProgressBar::new(args.steps);
+    if args.quiet {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] step {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_position(first);
+    let profiled_step = args.steps - 1;
+    for step in first..args.steps {
+        if step == profiled_step {
+            // Record the timeline of the last step for the plot.
+            memory::record_timeline(&device, 1 << 20);
+        }
+        let started = Instant::now();
+        let batch = corpus.batch(args.seed, step, args.batch, args.seq)?;
+        let (next, loss) = train::step(
+            model,
+            &mut optim,
+            batch,
+            args.batch,
+            args.seq,
+            args.lr,
+            &device,
+            |phase: Phase| memory::mark(&device, &format!("{phase:?}")),
+        );
+        model = next;
+        if !loss.is_finite() {
+            // The update from a non-finite loss has spoilt the parameters: keep the last good
+            // checkpoint rather than overwrite it.
+            let latest = latest_checkpoint(&args.checkpoints())?
+                .map(|p| format!("the last good checkpoint is {}", p.display()))
+                .unwrap_or_else(|| "no checkpoint was saved (use --save-every)".into());
+            return Err(format!(
+                "the loss became {loss} at step {step}; {latest}; try a lower --lr than {}",
+                args.lr
+            ));
+        }
+        let step_ms = started.elapsed().as_secs_f64() * 1e3;
+        let entry = StepLog {
+            step,
+            loss,
+            step_ms,
+            tokens_per_s: (args.batch * args.seq) as f64 / (step_ms / 1e3),
+            live_bytes: memory::live_bytes(&device),
+            peak_bytes: memory::peak_bytes(&device),
+        };
+        bar.set_message(format!(
+            "loss {:.3} | {:.0} tok/s | live {} | peak {}",
+            loss,
+            entry.tokens_per_s,
+            format_bytes(entry.live_bytes),
+            format_bytes(entry.peak_bytes)
+        ));
+        bar.inc(1);
+        log.push(entry);
+        let done = step + 1;
+        if args.save_every > 0 && done % args.save_every == 0 && done < args.steps {
+            save_checkpoint(args, &model, &optim, done, &log)?;
+        }
+    }
+    bar.finish();
+    let snapshot = memory::snapshot(&device);
+    memory::record_timeline(&device, 0);
+    save_checkpoint(args, &model, &optim, args.steps, &log)?;
+
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("cannot create --out {}: {e}", args.out.display()))?;
+    write_atomic(
+        &args.out.join("steps.json"),
+        serde_json::to_string_pretty(&log).unwrap().as_bytes(),
+    )?;
+    write_atomic(&args.out.join("memory.json"), snapshot.to_json().as_bytes())?;
+    let plot = args.out.join("step-memory.png");
+    crate::plot::step_memory(&snapshot, &plot)?;
+    if !args.quiet {
+        if let (Some(first), Some(last)) = (log.first(), log.last()) {
+            println!(
+                "loss {:.3} (step {}) -> {:.3} (step {})",
+                first.loss, first.step, last.loss, last.step
+            );
+        }
+        println!("{}", memory::report(&device));
+        println!(
+            "wrote {}/steps.json, memory.json, step-memory.png; checkpoints in {}",
+            args.out.display(),
+            args.checkpoints().display()
+        );
+    }
+    Ok(log)
+}
+
+/// Writes `contents` to a temporary file beside `path` and renames it over `path`, so a crash
+/// never leaves a half-written file.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot rename to {}: {e}", path.display()))
+}
+
+fn recorder() -> BinFileRecorder<FullPrecisionSettings> {
+    BinFileRecorder::new()
+}
+
+/// Saves model, optimizer and state into `DIR/step-NNNNNNNN`: written into a temporary folder
+/// first and renamed into place, so an interrupted save never shadows the previous one.
+fn save_checkpoint<B: Backend>(
+    args: &TrainArgs,
+    model: &Gpt<Ad<B>>,
+    optim: &GptOptimizer<Ad<B>>,
+    next_step: u64,
+    log: &[StepLog],
+) -> Result<PathBuf, String> {
+    let root = args.checkpoints();
+    let final_dir = root.join(format!("step-{next_step:08}"));
+    let tmp_dir = root.join(format!(".step-{next_step:08}.tmp"));
+    let io = |e: std::io::Error| format!("checkpoint {}: {e}", tmp_dir.display());
+    if tmp_dir.exists() {
+        std::fs::remove_dir_all(&tmp_dir).map_err(io)?;
+    }
+    std::fs::create_dir_all(&tmp_dir).map_err(io)?;
+    model
+        .clone()
+        .save_file(tmp_dir.join("model"), &recorder())
+        .map_err(|e| format!("saving the model: {e}"))?;
+    recorder()
+        .record(optim.to_record(), tmp_dir.join("optimizer"))
+        .map_err(|e| format!("saving the optimizer: {e}"))?;
+    let state = TrainState {
+        next_step,
+        seed: args.seed,
+        layers: args.layers,
+        d_model: args.d_model,
+        heads: args.heads,
+        seq: args.seq,
+        log: log.to_vec(),
+    };
+    std::fs::write(
+        tmp_dir.join("state.json"),
+        serde_json::to_string_pretty(&state).unwrap(),
+    )
+    .map_err(io)?;
+    if final_dir.exists() {
+        std::fs::remove_dir_all(&final_dir).map_err(io)?;
+    }
+    std::fs::rename(&tmp_dir, &final_dir).map_err(io)?;
+    Ok(final_dir)
+}
+
+/// The checkpoint with the highest step in `root`, ignoring unfinished ones.
+fn latest_checkpoint(root: &Path) -> Result<Option<PathBuf>, String> {
+    if !root.exists() {
+        return Ok(None);
+    }
+    let entries =
+        std::fs::read_dir(root).map_err(|e| format!("reading {}: {e}", root.display()))?;
+    Ok(entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("step-"))
+                && p.join("state.json").exists()
+        })
+        .max())
+}
+
+type Loaded<B> = (Gpt<Ad<B>>, GptOptimizer<Ad<B>>, TrainState);
+
+fn load_checkpoint<B: Backend>(
+    dir: &Path,
+    model: Gpt<Ad<B>>,
+    optim: GptOptimizer<Ad<B>>,
+    device: &B::Device,
+) -> Result<Loaded<B>, String> {
+    let state: TrainState = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("state.json"))
+            .map_err(|e| format!("reading {}: {e}", dir.display()))?,
+    )
+    .map_err(|e| format!("{}/state.json: {e}", dir.display()))?;
+    let model = model
+        .load_file(dir.join("model"), &recorder(), device)
+        .map_err(|e| format!("loading the model from {}: {e}", dir.display()))?;
+    let record = recorder()
+        .load(dir.join("optimizer"), device)
+        .map_err(|e| format!("loading the optimizer from {}: {e}", dir.display()))?;
+    Ok((model, optim.load_record(record), state))
+}
