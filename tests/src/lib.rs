@@ -121,8 +121,12 @@ pub fn int<B: Backend>(
     let mut rng = rng(seed);
     let n: usize = shape.iter().product();
     let values: Vec<i64> = (0..n).map(|_| rng.random_range(low..high)).collect();
-    let data = TensorData::new(values, shape.to_vec());
-    let tensor = B::int_from_data(data, device);
+    ints::<B>(&values, shape, device)
+}
+
+/// An int tensor with the given values, in the device's default int dtype.
+pub fn ints<B: Backend>(values: &[i64], dims: &[usize], device: &B::Device) -> IntTensor<B> {
+    let tensor = B::int_from_data(TensorData::new(values.to_vec(), dims.to_vec()), device);
     B::int_cast(tensor, int_dtype::<B>(device))
 }
 
@@ -163,6 +167,10 @@ pub fn shape(dims: &[usize]) -> Shape {
 /// The default distribution, re-exported for cases.
 pub const UNIFORM: Distribution = Distribution::Default;
 
+/// A case instantiated for wgpu (or Frugal over wgpu).
+#[cfg(feature = "wgpu")]
+pub type WgpuCase = fn(&burn::backend::wgpu::WgpuDevice) -> Vec<Out>;
+
 /// One differential case, instantiated for each backend it runs on.
 pub struct Case {
     /// The case's name: the Backend method it is written for.
@@ -173,10 +181,7 @@ pub struct Case {
     pub wrapped: fn(&CpuDevice) -> Vec<Out>,
     /// The case on wgpu and Frugal over wgpu.
     #[cfg(feature = "wgpu")]
-    pub wgpu: (
-        fn(&burn::backend::wgpu::WgpuDevice) -> Vec<Out>,
-        fn(&burn::backend::wgpu::WgpuDevice) -> Vec<Out>,
-    ),
+    pub wgpu: (WgpuCase, WgpuCase),
 }
 
 /// Defines differential cases: `name(device) { body }`, where the body is generic over `B`

@@ -108,8 +108,8 @@ proptest! {
                 },
                 Action::SliceRows(i) => if let Some(i) = model.pick(i) {
                     let (t, id) = &model.live[i];
-                    let [r, _] = t.dims();
-                    let entry = (t.clone().slice([0..r.div_ceil(2)]), *id);
+                    let [r, c] = t.dims();
+                    let entry = (t.clone().slice([0..r.div_ceil(2), 0..c]), *id);
                     model.live.push(entry);
                 },
                 Action::Exp(i) => if let Some(i) = model.pick(i) {

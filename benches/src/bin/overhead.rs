@@ -50,7 +50,7 @@ fn suite<B: Backend>(size: usize) -> Vec<Op> {
         op!("sum_dim", |a| a.clone().sum_dim(1)),
         op!("reshape (view)", |a| a.clone().reshape([size * size])),
         op!("transpose (view)", |a| a.clone().transpose()),
-        op!("slice (view)", |a| a.clone().slice([0..size / 2])),
+        op!("slice (view)", |a| a.clone().slice([0..size / 2, 0..size])),
         op!("select", |a, idx| a.clone().select(0, idx.clone())),
         op!("zeros", |a| Tensor::<B, 2>::zeros(
             [size, size],

@@ -250,32 +250,23 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool) -> Line {
         A::sync(&device).expect("sync");
         let timed = step >= args.warmup;
         let started = Instant::now();
-        let (next, loss) = train::step(
-            model,
-            &mut optim,
-            data,
-            args.batch,
-            args.seq,
-            1e-4,
-            &device,
-            |phase: Phase| {
-                // Only the last step is probed: a sync at each phase would slow the others.
-                if step + 1 == args.steps {
-                    A::sync(&device).expect("sync");
-                    let pool = memory::pool_usage(&device);
-                    if let Some(pool) = pool {
-                        peak_reserved = Some(peak_reserved.unwrap_or(0).max(pool.bytes_reserved));
-                    }
-                    points.push(PhasePoint {
-                        step,
-                        phase: format!("{phase:?}"),
-                        ledger_live_bytes: ledger.then(|| memory::live_bytes(&device)),
-                        pool_in_use_bytes: pool.map(|p| p.bytes_in_use),
-                        pool_reserved_bytes: pool.map(|p| p.bytes_reserved),
-                    });
+        let (next, loss) = train::step(model, &mut optim, data, 1e-4, &device, |phase: Phase| {
+            // Only the last step is probed: a sync at each phase would slow the others.
+            if step + 1 == args.steps {
+                A::sync(&device).expect("sync");
+                let pool = memory::pool_usage(&device);
+                if let Some(pool) = pool {
+                    peak_reserved = Some(peak_reserved.unwrap_or(0).max(pool.bytes_reserved));
                 }
-            },
-        );
+                points.push(PhasePoint {
+                    step,
+                    phase: format!("{phase:?}"),
+                    ledger_live_bytes: ledger.then(|| memory::live_bytes(&device)),
+                    pool_in_use_bytes: pool.map(|p| p.bytes_in_use),
+                    pool_reserved_bytes: pool.map(|p| p.bytes_reserved),
+                });
+            }
+        });
         A::sync(&device).expect("sync");
         let elapsed = started.elapsed().as_secs_f64() * 1e3;
         model = next;

@@ -7,6 +7,19 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// One step's tokens: `batch` rows of `seq` inputs and the next-token targets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// Input tokens, row-major `[batch, seq]`.
+    pub inputs: Vec<i64>,
+    /// Target tokens, row-major `[batch, seq]`.
+    pub targets: Vec<i64>,
+    /// Rows.
+    pub batch: usize,
+    /// Tokens per row.
+    pub seq: usize,
+}
+
 /// Vocabulary size of byte tokens.
 pub const BYTE_VOCAB: usize = 256;
 
@@ -68,13 +81,7 @@ impl Corpus {
 
     /// The `step`-th batch: `batch` random windows of `seq + 1` tokens, split into inputs and
     /// next-token targets. Depends only on `(seed, step)`, so a resumed run sees the same data.
-    pub fn batch(
-        &self,
-        seed: u64,
-        step: u64,
-        batch: usize,
-        seq: usize,
-    ) -> Result<(Vec<i64>, Vec<i64>), String> {
+    pub fn batch(&self, seed: u64, step: u64, batch: usize, seq: usize) -> Result<Batch, String> {
         if self.tokens.len() <= seq + 1 {
             return Err(format!(
                 "the corpus has {} tokens; --seq {seq} needs at least {}",
@@ -91,18 +98,17 @@ impl Corpus {
             inputs.extend(window[..seq].iter().map(|&t| t as i64));
             targets.extend(window[1..].iter().map(|&t| t as i64));
         }
-        Ok((inputs, targets))
+        Ok(Batch {
+            inputs,
+            targets,
+            batch,
+            seq,
+        })
     }
 }
 
 /// Uniformly random tokens, as `torch_gpt.py` trains on: the `step`-th batch for a seed.
-pub fn random_tokens(
-    seed: u64,
-    step: u64,
-    batch: usize,
-    seq: usize,
-    vocab: usize,
-) -> (Vec<i64>, Vec<i64>) {
+pub fn random_tokens(seed: u64, step: u64, batch: usize, seq: usize, vocab: usize) -> Batch {
     let mut rng = StdRng::seed_from_u64(seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut draw = || {
         (0..batch * seq)
@@ -111,5 +117,10 @@ pub fn random_tokens(
     };
     let inputs = draw();
     let targets = draw();
-    (inputs, targets)
+    Batch {
+        inputs,
+        targets,
+        batch,
+        seq,
+    }
 }

@@ -100,7 +100,7 @@ impl GptConfig {
     /// Builds the model with Burn's default initialisation.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt<B> {
         assert!(
-            self.d_model % self.heads == 0,
+            self.d_model.is_multiple_of(self.heads),
             "d_model ({}) must be a multiple of heads ({})",
             self.d_model,
             self.heads

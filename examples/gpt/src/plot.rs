@@ -79,10 +79,16 @@ pub fn step_memory(snapshot: &Snapshot, path: &Path) -> Result<(), String> {
             chart
                 .draw_series(LineSeries::new([(x, 0.0), (x, y_end)], BLACK.mix(0.35)))
                 .map_err(|e| err(&e))?;
+            // Labels near the right edge go left of their line so they stay inside.
+            let label_x = if x > x_end * 0.85 {
+                x - x_end * 0.09
+            } else {
+                x + x_end * 0.005
+            };
             chart
                 .draw_series([Text::new(
-                    format!("end of {}", event.op.to_lowercase()),
-                    (x, y_end * 0.97),
+                    event.op.clone(),
+                    (label_x, y_end * 0.97),
                     ("sans-serif", 14),
                 )])
                 .map_err(|e| err(&e))?;

@@ -88,7 +88,7 @@ impl TrainArgs {
     }
 
     fn validate(&self) -> Result<(), String> {
-        if self.heads == 0 || self.d_model % self.heads != 0 {
+        if self.heads == 0 || !self.d_model.is_multiple_of(self.heads) {
             return Err(format!(
                 "--heads {} must be at least 1 and divide --d-model {}",
                 self.heads, self.d_model
@@ -147,6 +147,7 @@ type Ad<B> = Autodiff<Frugal<B>>;
 /// Runs training on `B` (wrapped as `Autodiff<Frugal<B>>`) and returns the per-step log.
 pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<StepLog>, String> {
     args.validate()?;
+    probe_device::<B>(args.device, &device)?;
     let corpus = match &args.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::generated(400_000, args.seed),
@@ -229,16 +230,22 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         }
         let started = Instant::now();
         let batch = corpus.batch(args.seed, step, args.batch, args.seq)?;
-        let (next, loss) = train::step(
-            model,
-            &mut optim,
-            batch,
-            args.batch,
-            args.seq,
-            args.lr,
-            &device,
-            |phase: Phase| memory::mark(&device, &format!("{phase:?}")),
-        );
+        // A device out-of-memory surfaces as a panic deep inside the inner backend; catch it
+        // to say what held the memory and which flags would help, instead of a backtrace.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            train::step(
+                model,
+                &mut optim,
+                batch,
+                args.lr,
+                &device,
+                |phase: Phase| memory::mark(&device, phase.label()),
+            )
+        }));
+        let (next, loss) = match outcome {
+            Ok(result) => result,
+            Err(panic) => return Err(step_failure(args, step, panic, &device)),
+        };
         model = next;
         if !loss.is_finite() {
             // The update from a non-finite loss has spoilt the parameters: keep the last good
@@ -303,6 +310,84 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         );
     }
     Ok(log)
+}
+
+/// Runs one tiny op on the device, so a missing driver or GPU is reported as an error naming
+/// the device rather than as a panic from a backend thread.
+fn probe_device<B: Backend>(kind: DeviceKind, device: &B::Device) -> Result<(), String> {
+    use std::sync::{Arc, Mutex};
+    let messages = Arc::new(Mutex::new(Vec::<String>::new()));
+    let previous = std::panic::take_hook();
+    let sink = messages.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info
+            .payload()
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        sink.lock().unwrap().push(text);
+    }));
+    let probe = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        burn::tensor::Tensor::<B, 1>::zeros([1], device).into_data();
+    }));
+    std::panic::set_hook(previous);
+    probe.map_err(|_| {
+        let first = messages
+            .lock()
+            .unwrap()
+            .first()
+            .cloned()
+            .unwrap_or_default();
+        let first: String = first.chars().take(200).collect();
+        format!(
+            "--device {} is not usable on this machine: {first}",
+            format!("{kind:?}").to_lowercase()
+        )
+    })
+}
+
+/// The message for a step that panicked (typically the device running out of memory).
+fn step_failure<D: burn::tensor::backend::DeviceOps + 'static>(
+    args: &TrainArgs,
+    step: u64,
+    panic: Box<dyn std::any::Any + Send>,
+    device: &D,
+) -> String {
+    let reason = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    let report = memory::report(device);
+    let holders: Vec<String> = report
+        .holders
+        .iter()
+        .take(5)
+        .map(|h| format!("{} {}", h.op, format_bytes(h.bytes)))
+        .collect();
+    let saved = latest_checkpoint(&args.checkpoints())
+        .ok()
+        .flatten()
+        .map(|p| {
+            format!(
+                "the last checkpoint is {} (continue with --resume)",
+                p.display()
+            )
+        })
+        .unwrap_or_else(|| "no checkpoint was saved (use --save-every N)".into());
+    format!(
+        "step {step} failed: {reason}\n  peak live tensor memory {} (now {}); biggest holders: {}\n  \
+         {saved}\n  to need less memory: a smaller --batch (now {}) or --seq (now {}), or a smaller model \
+         (--layers {}, --d-model {})",
+        format_bytes(report.peak_bytes),
+        format_bytes(report.live_bytes),
+        holders.join(", "),
+        args.batch,
+        args.seq,
+        args.layers,
+        args.d_model
+    )
 }
 
 /// Writes `contents` to a temporary file beside `path` and renames it over `path`, so a crash

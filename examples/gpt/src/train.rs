@@ -6,6 +6,7 @@ use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer, adaptor::Optim
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
+use crate::data::Batch;
 use crate::model::Gpt;
 
 /// The optimizer type for a model on backend `B`.
@@ -32,20 +33,31 @@ pub enum Phase {
     Optimizer,
 }
 
+impl Phase {
+    /// What has just finished, as shown in plots.
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Start => "inputs ready",
+            Phase::Forward => "forward done",
+            Phase::Backward => "backward done",
+            Phase::Optimizer => "optimizer done",
+        }
+    }
+}
+
 /// One step: forward, backward, AdamW update. Returns the new model and the loss (read back
 /// to the host, which also synchronises the device).
 pub fn step<B: AutodiffBackend>(
     model: Gpt<B>,
     optim: &mut GptOptimizer<B>,
-    (inputs, targets): (Vec<i64>, Vec<i64>),
-    batch: usize,
-    seq: usize,
+    batch: Batch,
     lr: f64,
     device: &B::Device,
     mut on_phase: impl FnMut(Phase),
 ) -> (Gpt<B>, f32) {
-    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(inputs, [batch, seq]), device);
-    let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [batch, seq]), device);
+    let shape = [batch.batch, batch.seq];
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.inputs, shape), device);
+    let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.targets, shape), device);
     on_phase(Phase::Start);
     let loss = model.loss(tokens, targets);
     on_phase(Phase::Forward);

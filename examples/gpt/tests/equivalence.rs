@@ -19,7 +19,7 @@ fn losses<B: AutodiffBackend>(steps: u64) -> Vec<f32> {
     let mut out = Vec::new();
     for step in 0..steps {
         let data = corpus.batch(7, step, batch, seq).unwrap();
-        let (next, loss) = train::step(model, &mut optim, data, batch, seq, 3e-3, &device, |_| {});
+        let (next, loss) = train::step(model, &mut optim, data, 3e-3, &device, |_| {});
         model = next;
         out.push(loss);
     }

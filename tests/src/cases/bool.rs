@@ -1,16 +1,10 @@
 //! Differential cases for `BoolTensorOps` (see `cases/mod.rs`).
 
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::{BoolTensor, IntTensor};
+use burn::tensor::ops::BoolTensor;
 use burn::tensor::{Scalar, Slice, TensorData, TensorMetadata};
 
 use crate::*;
-
-/// An int tensor with the given values, in the device's default int dtype.
-fn ints<B: Backend>(values: &[i64], dims: &[usize], device: &B::Device) -> IntTensor<B> {
-    let tensor = B::int_from_data(TensorData::new(values.to_vec(), dims.to_vec()), device);
-    B::int_cast(tensor, int_dtype::<B>(device))
-}
 
 /// A bool tensor with the given values.
 fn bools<B: Backend>(values: &[bool], dims: &[usize], device: &B::Device) -> BoolTensor<B> {

@@ -4,16 +4,8 @@
 use crate::*;
 #[allow(unused_imports)]
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::{
-    FloatTensor, GridSampleOptions, GridSamplePaddingMode, IntTensor, InterpolateMode,
-};
+use burn::tensor::ops::{FloatTensor, GridSampleOptions, GridSamplePaddingMode, InterpolateMode};
 use burn::tensor::{FloatDType, IndexingUpdateOp, Scalar, Slice, TensorData};
-
-/// An int tensor with the given values, in the backend's default int dtype.
-fn ints<B: Backend>(values: Vec<i64>, dims: &[usize], device: &B::Device) -> IntTensor<B> {
-    let tensor = B::int_from_data(TensorData::new(values, dims.to_vec()), device);
-    B::int_cast(tensor, int_dtype::<B>(device))
-}
 
 /// A float tensor with the given f32 values.
 fn floats<B: Backend>(values: Vec<f32>, dims: &[usize], device: &B::Device) -> FloatTensor<B> {
@@ -230,7 +222,7 @@ crate::cases! {
         // K = 1: rows of a [4, 3, 2] tensor.
         let rows = int::<B>(&[5, 1], 0, 4, 62, device);
         // K = 2: single elements of a [4, 3] tensor.
-        let points = ints::<B>(vec![0, 1, 3, 2, 1, 0, 2, 2, 3, 0], &[5, 2], device);
+        let points = ints::<B>(&[0, 1, 3, 2, 1, 0, 2, 2, 3, 0], &[5, 2], device);
         let mut out = Vec::new();
         for (i, op) in [
             IndexingUpdateOp::Assign,
@@ -260,7 +252,7 @@ crate::cases! {
     }
     float_gather_nd(device) {
         let rows = int::<B>(&[2, 3, 1], 0, 4, 90, device);
-        let points = ints::<B>(vec![0, 1, 3, 2, 1, 0, 2, 2], &[4, 2], device);
+        let points = ints::<B>(&[0, 1, 3, 2, 1, 0, 2, 2], &[4, 2], device);
         vec![
             rf::<B>(B::float_gather_nd(float::<B>(&[4, 3, 2], 91, device), rows)),
             rf::<B>(B::float_gather_nd(float::<B>(&[4, 3, 2], 92, device), points)),

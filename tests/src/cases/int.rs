@@ -7,16 +7,6 @@ use burn::tensor::{
 
 use crate::*;
 
-/// An int tensor from explicit values, in the device's default int dtype.
-fn ints<B: Backend>(
-    values: &[i64],
-    dims: &[usize],
-    device: &B::Device,
-) -> burn::tensor::ops::IntTensor<B> {
-    let tensor = B::int_from_data(TensorData::new(values.to_vec(), dims.to_vec()), device);
-    B::int_cast(tensor, int_dtype::<B>(device))
-}
-
 crate::cases! {
     int_empty(device) {
         // Contents are uninitialised: compare only the shape and dtype.

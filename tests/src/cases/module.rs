@@ -1,6 +1,5 @@
 //! Differential cases for `ModuleOps` (see `cases/mod.rs`).
 
-use burn::tensor::TensorData;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{
     AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConvOptions, FloatTensor,
@@ -8,12 +7,6 @@ use burn::tensor::ops::{
 };
 
 use crate::*;
-
-/// An int tensor with the given values, in the device's default int dtype.
-fn ints<B: Backend>(values: &[i64], dims: &[usize], device: &B::Device) -> IntTensor<B> {
-    let tensor = B::int_from_data(TensorData::new(values.to_vec(), dims.to_vec()), device);
-    B::int_cast(tensor, int_dtype::<B>(device))
-}
 
 /// Inputs of a CTC loss: log-probabilities `[T=6, N=2, C=5]`, targets `[N, S=3]`, input and
 /// target lengths `[N]`; blank is 0.
