@@ -1,0 +1,131 @@
+//! `Autodiff<Frugal<NdArray>>` as the backend of a burn-train `Learner`: a small regression is
+//! trained through `SupervisedTraining` (data loaders, metrics, checkpoints, validation on the
+//! inner backend) and fits its data, with the ledger watching.
+
+use burn::backend::{Autodiff, NdArray};
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::module::{AutodiffModule, Module};
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::AdamConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::train::metric::LossMetric;
+use burn::train::{
+    InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
+};
+use frugal::{Frugal, memory};
+
+type B = Autodiff<Frugal<NdArray>>;
+
+#[derive(Module, Debug)]
+struct Regressor<B: Backend> {
+    linear: Linear<B>,
+}
+
+#[derive(Clone, Debug)]
+struct Item {
+    x: [f32; 4],
+    y: f32,
+}
+
+#[derive(Clone, Debug)]
+struct Batch<B: Backend> {
+    x: Tensor<B, 2>,
+    y: Tensor<B, 2>,
+}
+
+#[derive(Clone, Default)]
+struct ItemBatcher;
+
+impl<B: Backend> Batcher<B, Item, Batch<B>> for ItemBatcher {
+    fn batch(&self, items: Vec<Item>, device: &B::Device) -> Batch<B> {
+        let n = items.len();
+        let x: Vec<f32> = items.iter().flat_map(|i| i.x).collect();
+        let y: Vec<f32> = items.iter().map(|i| i.y).collect();
+        Batch {
+            x: Tensor::from_data(TensorData::new(x, [n, 4]), device),
+            y: Tensor::from_data(TensorData::new(y, [n, 1]), device),
+        }
+    }
+}
+
+impl<B: Backend> Regressor<B> {
+    fn regress(&self, batch: Batch<B>) -> RegressionOutput<B> {
+        let output = self.linear.forward(batch.x);
+        let loss = MseLoss::new().forward(output.clone(), batch.y.clone(), Reduction::Mean);
+        RegressionOutput::new(loss, output, batch.y)
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for Regressor<B> {
+    type Input = Batch<B>;
+    type Output = RegressionOutput<B>;
+
+    fn step(&self, batch: Batch<B>) -> TrainOutput<RegressionOutput<B>> {
+        let item = self.regress(batch);
+        TrainOutput::new(self, item.loss.backward(), item)
+    }
+}
+
+impl<B: Backend> InferenceStep for Regressor<B> {
+    type Input = Batch<B>;
+    type Output = RegressionOutput<B>;
+
+    fn step(&self, batch: Batch<B>) -> RegressionOutput<B> {
+        self.regress(batch)
+    }
+}
+
+fn data() -> Vec<Item> {
+    (0..256)
+        .map(|i| {
+            let f = i as f32;
+            let x = [
+                (f * 0.37).sin(),
+                (f * 0.11).cos(),
+                (f * 0.05) % 1.0,
+                (f * 0.73).sin(),
+            ];
+            let y = 2.0 * x[0] - x[1] + 0.5 * x[2] + 3.0 * x[3] + 1.0;
+            Item { x, y }
+        })
+        .collect()
+}
+
+fn mse<B: Backend>(model: &Regressor<B>, device: &B::Device) -> f32 {
+    let batch = ItemBatcher.batch(data(), device);
+    model.regress(batch).loss.into_scalar().elem::<f32>()
+}
+
+#[test]
+fn learner_trains_on_frugal() {
+    let device = Default::default();
+    <B as Backend>::seed(&device, 1);
+    let model: Regressor<B> = Regressor {
+        linear: LinearConfig::new(4, 1).init(&device),
+    };
+    let before = mse(&model.valid(), &device);
+    let train = DataLoaderBuilder::new(ItemBatcher)
+        .batch_size(32)
+        .shuffle(3)
+        .build(InMemDataset::new(data()));
+    let valid = DataLoaderBuilder::new(ItemBatcher)
+        .batch_size(64)
+        .build(InMemDataset::new(data()));
+    let dir = std::env::temp_dir().join(format!("frugal-learner-{}", std::process::id()));
+    let result = SupervisedTraining::new(&dir, train, valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .num_epochs(30)
+        .launch(Learner::new(model, AdamConfig::new().init(), 5e-2));
+    let after = mse(&result.model, &device);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        after < before / 20.0,
+        "the learner did not fit: mse {before} -> {after}"
+    );
+    assert!(memory::peak_bytes(&device) > 0, "the ledger saw no tensors");
+}
