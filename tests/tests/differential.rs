@@ -128,22 +128,32 @@ fn wgpu_side(side: &str, count: usize) -> Vec<String> {
 }
 
 /// Every case on wgpu (Mesa's lavapipe in CI) and on Frugal<Wgpu>: same digests of the
-/// outputs, or the same panic message.
+/// outputs, or the same panic message. The inner side runs twice: a case whose two inner runs
+/// differ is nondeterministic on wgpu itself (e.g. atomic float adds in a backward kernel), so
+/// for it Frugal must only succeed or fail as the inner backend does.
 #[cfg(feature = "wgpu")]
 #[test]
 fn all_ops_on_wgpu() {
     let all = cases::all();
     let inner = wgpu_side("inner", all.len());
+    let again = wgpu_side("inner", all.len());
     let wrapped = wgpu_side("wrapped", all.len());
     let mut differ = Vec::new();
     let mut unsupported = Vec::new();
+    let mut nondeterministic = Vec::new();
     for (i, case) in all.iter().enumerate() {
-        if inner[i] != wrapped[i] {
+        let ok = |r: &str| r.starts_with("ok");
+        if inner[i] != again[i] && ok(&inner[i]) && ok(&again[i]) {
+            nondeterministic.push(case.name);
+            if !ok(&wrapped[i]) {
+                differ.push(format!("{}: wgpu ok / frugal {:?}", case.name, wrapped[i]));
+            }
+        } else if inner[i] != wrapped[i] {
             differ.push(format!(
                 "{}: wgpu {:?} / frugal {:?}",
                 case.name, inner[i], wrapped[i]
             ));
-        } else if !inner[i].starts_with("ok") {
+        } else if !ok(&inner[i]) {
             unsupported.push(case.name);
         }
     }
@@ -155,14 +165,15 @@ fn all_ops_on_wgpu() {
         differ.join("\n")
     );
     assert!(
-        unsupported.len() < all.len() / 4,
-        "too many cases fail on wgpu alike ({}): {unsupported:?}",
-        unsupported.len()
+        unsupported.len() + nondeterministic.len() < all.len() / 4,
+        "too many cases fail or vary on wgpu: {unsupported:?} {nondeterministic:?}"
     );
     eprintln!(
-        "wgpu: {} of {} cases equal; {} fail on Wgpu and Frugal<Wgpu> alike: {unsupported:?}",
-        all.len() - unsupported.len(),
+        "wgpu: {} of {} cases bit-identical; {} fail on Wgpu and Frugal<Wgpu> alike: {unsupported:?}; \
+         {} vary between runs of Wgpu itself: {nondeterministic:?}",
+        all.len() - unsupported.len() - nondeterministic.len(),
         all.len(),
-        unsupported.len()
+        unsupported.len(),
+        nondeterministic.len()
     );
 }
