@@ -164,6 +164,15 @@ pub fn shape(dims: &[usize]) -> Shape {
     Shape::from(dims.to_vec())
 }
 
+/// Every reduction of `scatter_nd`.
+pub const UPDATE_OPS: [burn::tensor::IndexingUpdateOp; 5] = [
+    burn::tensor::IndexingUpdateOp::Assign,
+    burn::tensor::IndexingUpdateOp::Add,
+    burn::tensor::IndexingUpdateOp::Mul,
+    burn::tensor::IndexingUpdateOp::Min,
+    burn::tensor::IndexingUpdateOp::Max,
+];
+
 /// The default distribution, re-exported for cases.
 pub const UNIFORM: Distribution = Distribution::Default;
 

@@ -5,7 +5,7 @@ use crate::*;
 #[allow(unused_imports)]
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, GridSampleOptions, GridSamplePaddingMode, InterpolateMode};
-use burn::tensor::{FloatDType, IndexingUpdateOp, Scalar, Slice, TensorData};
+use burn::tensor::{FloatDType, Scalar, Slice, TensorData};
 
 /// A float tensor with the given f32 values.
 fn floats<B: Backend>(values: Vec<f32>, dims: &[usize], device: &B::Device) -> FloatTensor<B> {
@@ -224,16 +224,7 @@ crate::cases! {
         // K = 2: single elements of a [4, 3] tensor.
         let points = ints::<B>(&[0, 1, 3, 2, 1, 0, 2, 2, 3, 0], &[5, 2], device);
         let mut out = Vec::new();
-        for (i, op) in [
-            IndexingUpdateOp::Assign,
-            IndexingUpdateOp::Add,
-            IndexingUpdateOp::Mul,
-            IndexingUpdateOp::Min,
-            IndexingUpdateOp::Max,
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (i, op) in UPDATE_OPS.into_iter().enumerate() {
             let seed = 63 + 4 * i as u64;
             out.push(rf::<B>(B::float_scatter_nd(
                 float::<B>(&[4, 3, 2], seed, device),

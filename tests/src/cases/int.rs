@@ -1,9 +1,7 @@
 //! Differential cases for Burn's `IntTensorOps`: one case per method, named after it.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{
-    Distribution, FloatDType, IndexingUpdateOp, IntDType, Scalar, Slice, TensorData, TensorMetadata,
-};
+use burn::tensor::{Distribution, FloatDType, IntDType, Scalar, Slice, TensorData, TensorMetadata};
 
 use crate::*;
 
@@ -93,15 +91,7 @@ crate::cases! {
     }
     int_scatter_nd(device) {
         // data [4, 3, 2]; three distinct index tuples into the first two dims; values [3, 2].
-        [
-            IndexingUpdateOp::Assign,
-            IndexingUpdateOp::Add,
-            IndexingUpdateOp::Mul,
-            IndexingUpdateOp::Min,
-            IndexingUpdateOp::Max,
-        ]
-        .into_iter()
-        .map(|op| {
+        UPDATE_OPS.into_iter().map(|op| {
             let data = int::<B>(&[4, 3, 2], -10, 10, 22, device);
             let idx = ints::<B>(&[0, 1, 2, 2, 3, 0], &[3, 2], device);
             let values = int::<B>(&[3, 2], -10, 10, 23, device);
