@@ -12,11 +12,14 @@
 //!
 //! type B = Autodiff<Frugal<NdArray>>;
 //! let device = Default::default();
+//! let before = frugal::memory::live_bytes(&device);
 //! let x = Tensor::<B, 2>::ones([256, 256], &device);
-//! let y = x.clone().matmul(x);
-//! assert!(frugal::memory::live_bytes(&device) >= 2 * 256 * 256 * 4);
+//! let y = x.clone().matmul(x.clone());
+//! // x and y are live: two 256x256 f32 buffers.
+//! assert_eq!(frugal::memory::live_bytes(&device) - before, 2 * 256 * 256 * 4);
 //! println!("{}", frugal::memory::report(&device));
-//! drop(y);
+//! drop((x, y));
+//! assert_eq!(frugal::memory::live_bytes(&device), before);
 //! ```
 
 mod backend;
