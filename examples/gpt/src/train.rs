@@ -1,7 +1,6 @@
 //! One training step, generic over the autodiff backend, and the optimizer used by both the
 //! example and the benches (AdamW with PyTorch's defaults, as in `torch_gpt.py`).
 
-use burn::module::AutodiffModule;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer, adaptor::OptimizerAdaptor};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
@@ -68,9 +67,4 @@ pub fn step<B: AutodiffBackend>(
     let model = optim.step(lr, model, grads);
     on_phase(Phase::Optimizer);
     (model, loss_value)
-}
-
-/// The model without autodiff, for evaluation.
-pub fn valid<B: AutodiffBackend>(model: &Gpt<B>) -> Gpt<B::InnerBackend> {
-    model.valid()
 }
