@@ -11,6 +11,7 @@ use std::sync::{Mutex, RwLock};
 
 use burn_backend::{DeviceId, DeviceOps, TensorMetadata};
 
+use crate::budget::Budget;
 use crate::ops::{OP_COUNT, OpId};
 use crate::report::{Event, EventKind};
 use crate::tensor::{Storage, tensor_bytes};
@@ -31,6 +32,8 @@ pub(crate) struct Ledger {
     calls_by_op: Box<[AtomicU64]>,
     timeline_on: AtomicBool,
     timeline: Mutex<Timeline>,
+    /// The device's memory budget and what it has evicted.
+    pub(crate) budget: Budget,
 }
 
 pub(crate) struct Timeline {
@@ -67,6 +70,7 @@ impl Ledger {
                 dropped: 0,
                 next_seq: 0,
             }),
+            budget: Budget::default(),
         }
     }
 

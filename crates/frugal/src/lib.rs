@@ -23,12 +23,19 @@
 //! ```
 
 mod backend;
+mod budget;
 mod ledger;
 pub mod memory;
 pub mod ops;
+mod policy;
 mod pool;
+mod remat;
 mod report;
+mod scope;
 mod tensor;
 
 pub use backend::Frugal;
+pub use budget::{ParseBytesError, RematStats, parse_bytes};
+pub use policy::{Action, EvictionMode, Policy};
+pub use scope::{ScopeOutput, checkpoint};
 pub use tensor::FrugalTensor;

@@ -12,7 +12,9 @@
 
 use burn_backend::DeviceOps;
 
+pub use crate::budget::{RematStats, parse_bytes};
 use crate::ledger::Ledger;
+pub use crate::policy::{EvictionMode, Policy};
 pub use crate::pool::{PoolUsage, pool_usage};
 pub use crate::report::{Event, EventKind, Holder, MemoryReport, Snapshot, format_bytes};
 
@@ -66,4 +68,38 @@ pub fn record_timeline<D: DeviceOps + 'static>(device: &D, capacity: usize) {
 /// forward and backward passes, so plots can show the phases.
 pub fn mark<D: DeviceOps + 'static>(device: &D, label: &str) {
     Ledger::of_device(device).mark(label)
+}
+
+/// Sets the memory budget of `device` in bytes (`None`: no budget), effective at once.
+///
+/// From then on every tensor Frugal creates on the device records how to recompute it, and
+/// after each op Frugal evicts tensors (see [`Policy`]) until [`live_bytes`] is at most the
+/// budget, restoring them when they are read. Tensors created before the first budget was set
+/// are not evicted. If an op's own inputs and output do not fit, the op panics with a message
+/// naming the budget, the bytes it needed and the biggest holders.
+pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
+    let ledger = Ledger::of_device(device);
+    ledger.budget.set_limit(bytes);
+    ledger.budget.enforce(ledger, None, 0);
+}
+
+/// The memory budget of `device`, if one is set.
+pub fn budget<D: DeviceOps + 'static>(device: &D) -> Option<u64> {
+    Ledger::of_device(device).budget.limit()
+}
+
+/// Sets how `device`'s budget chooses what to evict and how.
+pub fn set_policy<D: DeviceOps + 'static>(device: &D, policy: Policy) {
+    Ledger::of_device(device).budget.set_policy(policy)
+}
+
+/// The eviction policy of `device`.
+pub fn policy<D: DeviceOps + 'static>(device: &D) -> Policy {
+    Ledger::of_device(device).budget.policy()
+}
+
+/// What the budget and checkpoint scopes have evicted, recomputed, offloaded and restored on
+/// `device` since the process started.
+pub fn remat_stats<D: DeviceOps + 'static>(device: &D) -> RematStats {
+    Ledger::of_device(device).budget.stats()
 }

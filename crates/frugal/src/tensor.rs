@@ -13,6 +13,7 @@ use burn_backend::{
 use crate::Frugal;
 use crate::ledger::Ledger;
 use crate::ops::OpId;
+use crate::remat::{Cell, FloatKind, Handle, IntKind, Kind, QuantKind, Recipe, Source, Status};
 
 /// One device buffer as the ledger sees it. Views of a tensor share its record through the
 /// `Arc`, so a buffer is counted once however many tensors point into it; the bytes leave the
@@ -31,86 +32,260 @@ impl Drop for Storage {
 }
 
 /// A tensor of [`Frugal<B>`](crate::Frugal): the inner backend's primitive and the ledger record
-/// of the storage behind it.
+/// of the storage behind it, or, while the device is under a budget or in a checkpoint scope, a
+/// handle to a managed cell that Frugal may evict and restore.
 #[derive(Clone)]
-pub struct FrugalTensor<P> {
-    pub(crate) inner: P,
-    pub(crate) storage: Arc<Storage>,
+pub struct FrugalTensor<P: 'static> {
+    pub(crate) repr: Repr<P>,
 }
 
-impl<P: TensorMetadata> FrugalTensor<P> {
-    /// Wraps a freshly produced inner tensor, charging its bytes to `op` on `ledger`.
+#[derive(Clone)]
+pub(crate) enum Repr<P: 'static> {
+    /// Held directly, as when no budget is set: no lock, no indirection.
+    Plain { inner: P, storage: Arc<Storage> },
+    /// Held through a cell (see [`crate::remat`]).
+    Managed(Arc<Handle<P>>),
+}
+
+impl<P: TensorMetadata + 'static> FrugalTensor<P> {
+    /// Wraps a freshly produced inner tensor, charging its bytes to `op` on `ledger`; managed
+    /// (without a recipe) when the device is under a budget or in a scope.
     #[inline]
-    pub(crate) fn track(inner: P, ledger: &'static Ledger, op: OpId) -> Self {
-        let storage = ledger.charge(&inner, op);
+    pub(crate) fn track<B: Backend, K: Kind<B, Prim = P>>(
+        inner: P,
+        ledger: &'static Ledger,
+        op: OpId,
+    ) -> Self {
+        let storage = Arc::new(ledger.charge(&inner, op));
+        if ledger.budget.managing() {
+            Self::managed::<B, K>(inner, storage, None, 0.0)
+        } else {
+            Self::plain(inner, storage)
+        }
+    }
+
+    #[inline]
+    pub(crate) fn plain(inner: P, storage: Arc<Storage>) -> Self {
         Self {
-            inner,
-            storage: Arc::new(storage),
+            repr: Repr::Plain { inner, storage },
+        }
+    }
+
+    /// A managed tensor over a new cell.
+    pub(crate) fn managed<B: Backend, K: Kind<B, Prim = P>>(
+        inner: P,
+        storage: Arc<Storage>,
+        recipe: Option<Recipe<P>>,
+        cost: f64,
+    ) -> Self {
+        let cell = Cell::<B, K>::create(inner, storage, recipe, cost);
+        Self {
+            repr: Repr::Managed(Arc::new(Handle { cell })),
         }
     }
 }
 
-impl<P> FrugalTensor<P> {
-    /// The inner backend's tensor, with the ledger record dropped.
+impl<P: Clone + 'static> FrugalTensor<P> {
+    /// The inner backend's tensor (restored first if Frugal had evicted it), with the ledger
+    /// record dropped.
     pub fn into_inner(self) -> P {
-        self.inner
+        self.split().0
     }
 
-    /// The inner backend's tensor, by reference.
-    pub fn inner(&self) -> &P {
-        &self.inner
+    /// A clone of the inner backend's tensor, restored first if Frugal had evicted it.
+    pub fn primitive(&self) -> P {
+        match &self.repr {
+            Repr::Plain { inner, .. } => inner.clone(),
+            Repr::Managed(handle) => handle.cell.get(),
+        }
+    }
+
+    /// The inner tensor for an op that reads it by reference: borrowed when held directly,
+    /// a restored clone when managed.
+    #[inline]
+    pub(crate) fn prim_ref(&self) -> PrimRef<'_, P> {
+        match &self.repr {
+            Repr::Plain { inner, .. } => PrimRef::Borrowed(inner),
+            Repr::Managed(handle) => {
+                crate::scope::note_read(Arc::as_ptr(&handle.cell) as *const () as usize);
+                PrimRef::Owned(handle.cell.get())
+            }
+        }
     }
 
     /// Bytes of the storage this tensor points into (shared with its views).
     pub fn storage_bytes(&self) -> u64 {
-        self.storage.bytes
+        match &self.repr {
+            Repr::Plain { storage, .. } => storage.bytes,
+            Repr::Managed(handle) => handle.cell.core().bytes,
+        }
     }
 
-    /// Whether two tensors share one storage record (one is a view of the other).
-    pub fn shares_storage_with(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.storage, &other.storage)
+    /// Whether the tensor's data is on the device now (false while Frugal has it evicted or
+    /// offloaded).
+    pub fn is_resident(&self) -> bool {
+        match &self.repr {
+            Repr::Plain { .. } => true,
+            Repr::Managed(handle) => handle.cell.status() == Status::Resident,
+        }
     }
 
     #[inline]
     pub(crate) fn ledger(&self) -> &'static Ledger {
-        self.storage.ledger
+        match &self.repr {
+            Repr::Plain { storage, .. } => storage.ledger,
+            Repr::Managed(handle) => handle.cell.core().ledger,
+        }
+    }
+
+    /// Address of the managed cell, if any, to recognise it among a ledger's cells.
+    pub(crate) fn cell_address(&self) -> Option<usize> {
+        match &self.repr {
+            Repr::Plain { .. } => None,
+            Repr::Managed(handle) => Some(Arc::as_ptr(&handle.cell) as *const () as usize),
+        }
+    }
+
+    /// The inner tensor for an op that consumes this one, and the storage record to keep
+    /// until the op's outputs are charged (so the peak counts inputs and outputs together).
+    #[inline]
+    pub(crate) fn split(self) -> (P, Option<Arc<Storage>>) {
+        match self.repr {
+            Repr::Plain { inner, storage } => (inner, Some(storage)),
+            Repr::Managed(handle) => match Arc::try_unwrap(handle) {
+                Ok(handle) => handle.cell.consume(),
+                Err(handle) => {
+                    let (inner, storage) = handle.cell.get_with_storage();
+                    (inner, Some(storage))
+                }
+            },
+        }
+    }
+
+    /// As [`Self::split`], for a view op: the storage record is the output's.
+    pub(crate) fn split_view(self) -> (P, Arc<Storage>) {
+        match self.repr {
+            Repr::Plain { inner, storage } => (inner, storage),
+            Repr::Managed(handle) => {
+                let (inner, storage) = handle.cell.get_with_storage();
+                (inner, storage)
+            }
+        }
+    }
+
+    /// As [`Self::split`], also returning the input as a recipe will read it.
+    pub(crate) fn split_source(self) -> (P, Option<Arc<Storage>>, Source<P>) {
+        match self.repr {
+            Repr::Plain { inner, storage } => {
+                // The op may reuse a buffer nobody else holds; keeping a copy for a recipe
+                // would force it to allocate, so such an output is not recomputable.
+                let source = if Arc::strong_count(&storage) == 1 {
+                    Source::Gone
+                } else {
+                    Source::Kept(inner.clone(), storage.clone())
+                };
+                (inner, Some(storage), source)
+            }
+            Repr::Managed(handle) => {
+                let source = Source::Cell(handle.cell.clone());
+                let (inner, storage) = match Arc::try_unwrap(handle) {
+                    Ok(handle) => handle.cell.consume(),
+                    Err(handle) => {
+                        let (inner, storage) = handle.cell.get_with_storage();
+                        (inner, Some(storage))
+                    }
+                };
+                (inner, storage, source)
+            }
+        }
+    }
+
+    /// For a view op under management: the input, its storage (the output's too) and source.
+    pub(crate) fn split_view_source(self) -> (P, Arc<Storage>, Source<P>) {
+        match self.repr {
+            Repr::Plain { inner, storage } => {
+                let source = Source::Kept(inner.clone(), storage.clone());
+                (inner, storage, source)
+            }
+            Repr::Managed(handle) => {
+                let source = Source::Cell(handle.cell.clone());
+                let (inner, storage) = handle.cell.get_with_storage();
+                (inner, storage, source)
+            }
+        }
+    }
+
+    /// The input as a recipe reads it, for an op that takes it by reference.
+    pub(crate) fn source(&self) -> Source<P> {
+        match &self.repr {
+            Repr::Plain { inner, storage } => Source::Kept(inner.clone(), storage.clone()),
+            Repr::Managed(handle) => Source::Cell(handle.cell.clone()),
+        }
     }
 }
 
-impl<P: std::fmt::Debug> std::fmt::Debug for FrugalTensor<P> {
+/// An inner tensor borrowed from a plain Frugal tensor or cloned out of a managed one.
+pub(crate) enum PrimRef<'a, P> {
+    Borrowed(&'a P),
+    Owned(P),
+}
+
+impl<P> std::ops::Deref for PrimRef<'_, P> {
+    type Target = P;
+
+    #[inline]
+    fn deref(&self) -> &P {
+        match self {
+            PrimRef::Borrowed(inner) => inner,
+            PrimRef::Owned(inner) => inner,
+        }
+    }
+}
+
+impl<P: std::fmt::Debug + TensorMetadata + Clone> std::fmt::Debug for FrugalTensor<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FrugalTensor")
-            .field("inner", &self.inner)
-            .field("storage_bytes", &self.storage.bytes)
+            .field("shape", &self.shape())
+            .field("dtype", &self.dtype())
+            .field("storage_bytes", &self.storage_bytes())
+            .field("resident", &self.is_resident())
             .finish()
     }
 }
 
-impl<P: TensorMetadata> TensorMetadata for FrugalTensor<P> {
+impl<P: TensorMetadata + 'static> TensorMetadata for FrugalTensor<P> {
     fn dtype(&self) -> DType {
-        self.inner.dtype()
+        match &self.repr {
+            Repr::Plain { inner, .. } => inner.dtype(),
+            Repr::Managed(handle) => handle.cell.dtype(),
+        }
     }
 
     fn shape(&self) -> Shape {
-        self.inner.shape()
-    }
-
-    fn rank(&self) -> usize {
-        self.inner.rank()
+        match &self.repr {
+            Repr::Plain { inner, .. } => inner.shape(),
+            Repr::Managed(handle) => handle.cell.shape(),
+        }
     }
 }
 
-impl<P: QTensorPrimitive> QTensorPrimitive for FrugalTensor<P> {
+impl<P: QTensorPrimitive + TensorMetadata + 'static> QTensorPrimitive for FrugalTensor<P> {
     fn scheme(&self) -> &burn_backend::quantization::QuantScheme {
-        self.inner.scheme()
+        match &self.repr {
+            Repr::Plain { inner, .. } => inner.scheme(),
+            Repr::Managed(handle) => match handle.cell.dtype_ref() {
+                DType::QFloat(scheme) => scheme,
+                other => panic!("frugal: a quantized tensor has dtype {other:?}"),
+            },
+        }
     }
 
     fn acc_precision(&self) -> burn_std::quantization::QuantAcc {
-        self.inner.acc_precision()
+        self.primitive().acc_precision()
     }
 
     fn propagation(&self) -> burn_std::quantization::QuantPropagation {
-        self.inner.propagation()
+        self.primitive().propagation()
     }
 
     fn default_scheme() -> burn_backend::quantization::QuantScheme {
@@ -141,23 +316,61 @@ pub(crate) fn tensor_bytes(shape: &Shape, dtype: DType) -> u64 {
 // backend and keeps the storage records alive until the op's outputs are charged, so the
 // ledger's peak includes inputs and outputs together, as the device's does.
 
-pub(crate) fn split_vec<P>(tensors: Vec<FrugalTensor<P>>) -> (Vec<P>, Vec<Arc<Storage>>) {
-    tensors.into_iter().map(|t| (t.inner, t.storage)).unzip()
+pub(crate) type Keep = Option<Arc<Storage>>;
+
+pub(crate) fn split_vec<P: Clone>(tensors: Vec<FrugalTensor<P>>) -> (Vec<P>, Vec<Keep>) {
+    tensors.into_iter().map(FrugalTensor::split).unzip()
 }
 
-pub(crate) fn split_opt<P>(tensor: Option<FrugalTensor<P>>) -> (Option<P>, Option<Arc<Storage>>) {
+pub(crate) fn split_opt<P: Clone>(tensor: Option<FrugalTensor<P>>) -> (Option<P>, Keep) {
     match tensor {
-        Some(t) => (Some(t.inner), Some(t.storage)),
+        Some(t) => {
+            let (inner, keep) = t.split();
+            (Some(inner), keep)
+        }
         None => (None, None),
+    }
+}
+
+pub(crate) fn split_vec_source<P: Clone>(
+    tensors: Vec<FrugalTensor<P>>,
+) -> (Vec<P>, Vec<Keep>, Vec<Source<P>>) {
+    let mut inner = Vec::with_capacity(tensors.len());
+    let mut keep = Vec::with_capacity(tensors.len());
+    let mut sources = Vec::with_capacity(tensors.len());
+    for tensor in tensors {
+        let (i, k, s) = tensor.split_source();
+        inner.push(i);
+        keep.push(k);
+        sources.push(s);
+    }
+    (inner, keep, sources)
+}
+
+pub(crate) fn split_opt_source<P: Clone>(
+    tensor: Option<FrugalTensor<P>>,
+) -> (Option<P>, Keep, Option<Source<P>>) {
+    match tensor {
+        Some(t) => {
+            let (inner, keep, source) = t.split_source();
+            (Some(inner), keep, Some(source))
+        }
+        None => (None, None, None),
     }
 }
 
 pub(crate) fn split_primitive<B: Backend>(
     tensor: TensorPrimitive<Frugal<B>>,
-) -> (TensorPrimitive<B>, Arc<Storage>) {
+) -> (TensorPrimitive<B>, Keep) {
     match tensor {
-        TensorPrimitive::Float(t) => (TensorPrimitive::Float(t.inner), t.storage),
-        TensorPrimitive::QFloat(t) => (TensorPrimitive::QFloat(t.inner), t.storage),
+        TensorPrimitive::Float(t) => {
+            let (inner, keep) = t.split();
+            (TensorPrimitive::Float(inner), keep)
+        }
+        TensorPrimitive::QFloat(t) => {
+            let (inner, keep) = t.split();
+            (TensorPrimitive::QFloat(inner), keep)
+        }
     }
 }
 
@@ -170,21 +383,17 @@ pub(crate) fn primitive_ledger<B: Backend>(tensor: &TensorPrimitive<Frugal<B>>) 
 
 pub(crate) fn split_qparams<B: Backend>(
     qparams: QuantizationParametersPrimitive<Frugal<B>>,
-) -> (QuantizationParametersPrimitive<B>, Arc<Storage>) {
-    (
-        QuantizationParametersPrimitive {
-            scales: qparams.scales.inner,
-        },
-        qparams.scales.storage,
-    )
+) -> (QuantizationParametersPrimitive<B>, Keep) {
+    let (scales, keep) = qparams.scales.split();
+    (QuantizationParametersPrimitive { scales }, keep)
 }
 
-pub(crate) fn track_opt<P: TensorMetadata>(
-    tensor: Option<P>,
+pub(crate) fn track_opt<B: Backend, K: Kind<B>>(
+    tensor: Option<K::Prim>,
     ledger: &'static Ledger,
     op: OpId,
-) -> Option<FrugalTensor<P>> {
-    tensor.map(|t| FrugalTensor::track(t, ledger, op))
+) -> Option<FrugalTensor<K::Prim>> {
+    tensor.map(|t| FrugalTensor::track::<B, K>(t, ledger, op))
 }
 
 pub(crate) fn track_primitive<B: Backend>(
@@ -193,8 +402,12 @@ pub(crate) fn track_primitive<B: Backend>(
     op: OpId,
 ) -> TensorPrimitive<Frugal<B>> {
     match tensor {
-        TensorPrimitive::Float(t) => TensorPrimitive::Float(FrugalTensor::track(t, ledger, op)),
-        TensorPrimitive::QFloat(t) => TensorPrimitive::QFloat(FrugalTensor::track(t, ledger, op)),
+        TensorPrimitive::Float(t) => {
+            TensorPrimitive::Float(FrugalTensor::track::<B, FloatKind>(t, ledger, op))
+        }
+        TensorPrimitive::QFloat(t) => {
+            TensorPrimitive::QFloat(FrugalTensor::track::<B, QuantKind>(t, ledger, op))
+        }
     }
 }
 
@@ -204,8 +417,8 @@ pub(crate) fn track_max_pool1d<B: Backend>(
     op: OpId,
 ) -> MaxPool1dWithIndices<Frugal<B>> {
     MaxPool1dWithIndices::new(
-        FrugalTensor::track(out.output, ledger, op),
-        FrugalTensor::track(out.indices, ledger, op),
+        FrugalTensor::track::<B, FloatKind>(out.output, ledger, op),
+        FrugalTensor::track::<B, IntKind>(out.indices, ledger, op),
     )
 }
 
@@ -215,8 +428,8 @@ pub(crate) fn track_max_pool2d<B: Backend>(
     op: OpId,
 ) -> MaxPool2dWithIndices<Frugal<B>> {
     MaxPool2dWithIndices::new(
-        FrugalTensor::track(out.output, ledger, op),
-        FrugalTensor::track(out.indices, ledger, op),
+        FrugalTensor::track::<B, FloatKind>(out.output, ledger, op),
+        FrugalTensor::track::<B, IntKind>(out.indices, ledger, op),
     )
 }
 
@@ -225,7 +438,7 @@ pub(crate) fn track_max_pool1d_backward<B: Backend>(
     ledger: &'static Ledger,
     op: OpId,
 ) -> MaxPool1dBackward<Frugal<B>> {
-    MaxPool1dBackward::new(FrugalTensor::track(out.x_grad, ledger, op))
+    MaxPool1dBackward::new(FrugalTensor::track::<B, FloatKind>(out.x_grad, ledger, op))
 }
 
 pub(crate) fn track_max_pool2d_backward<B: Backend>(
@@ -233,7 +446,7 @@ pub(crate) fn track_max_pool2d_backward<B: Backend>(
     ledger: &'static Ledger,
     op: OpId,
 ) -> MaxPool2dBackward<Frugal<B>> {
-    MaxPool2dBackward::new(FrugalTensor::track(out.x_grad, ledger, op))
+    MaxPool2dBackward::new(FrugalTensor::track::<B, FloatKind>(out.x_grad, ledger, op))
 }
 
 pub(crate) fn track_deform_conv2d_backward<B: Backend>(
@@ -242,10 +455,10 @@ pub(crate) fn track_deform_conv2d_backward<B: Backend>(
     op: OpId,
 ) -> burn_backend::ops::DeformConv2dBackward<Frugal<B>> {
     burn_backend::ops::DeformConv2dBackward::new(
-        FrugalTensor::track(out.x_grad, ledger, op),
-        FrugalTensor::track(out.offset_grad, ledger, op),
-        FrugalTensor::track(out.weight_grad, ledger, op),
-        track_opt(out.mask_grad, ledger, op),
-        track_opt(out.bias_grad, ledger, op),
+        FrugalTensor::track::<B, FloatKind>(out.x_grad, ledger, op),
+        FrugalTensor::track::<B, FloatKind>(out.offset_grad, ledger, op),
+        FrugalTensor::track::<B, FloatKind>(out.weight_grad, ledger, op),
+        track_opt::<B, FloatKind>(out.mask_grad, ledger, op),
+        track_opt::<B, FloatKind>(out.bias_grad, ledger, op),
     )
 }

@@ -126,6 +126,13 @@ impl GptConfig {
 impl<B: Backend> Gpt<B> {
     /// Logits `[batch, seq, vocab]` for tokens `[batch, seq]`.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.forward_with(tokens, false)
+    }
+
+    /// As [`Self::forward`]; with `checkpoint_blocks`, each block runs in a
+    /// [`frugal::checkpoint`] scope, so only block inputs and outputs stay on the device until
+    /// the backward pass recomputes the rest (on a backend without Frugal it changes nothing).
+    pub fn forward_with(&self, tokens: Tensor<B, 2, Int>, checkpoint_blocks: bool) -> Tensor<B, 3> {
         let [b, t] = tokens.dims();
         let device = tokens.device();
         let positions = Tensor::<B, 1, Int>::arange(0..t as i64, &device)
@@ -136,14 +143,28 @@ impl<B: Backend> Gpt<B> {
         // triangle, i.e. exactly the future positions.
         let causal = Tensor::<B, 2, Bool>::tril_mask([t, t], 0, &device).reshape([1, 1, t, t]);
         for block in &self.blocks {
-            h = block.forward(h, causal.clone());
+            h = if checkpoint_blocks {
+                frugal::checkpoint(&device, || block.forward(h, causal.clone()))
+            } else {
+                block.forward(h, causal.clone())
+            };
         }
         self.head.forward(self.ln.forward(h))
     }
 
     /// Mean cross-entropy of next-token prediction: `targets[b, i]` follows `tokens[b, i]`.
     pub fn loss(&self, tokens: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
-        let logits = self.forward(tokens);
+        self.loss_with(tokens, targets, false)
+    }
+
+    /// As [`Self::loss`], with blocks checkpointed if asked (see [`Self::forward_with`]).
+    pub fn loss_with(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        targets: Tensor<B, 2, Int>,
+        checkpoint_blocks: bool,
+    ) -> Tensor<B, 1> {
+        let logits = self.forward_with(tokens, checkpoint_blocks);
         let [b, t, v] = logits.dims();
         CrossEntropyLossConfig::new()
             .init(&logits.device())

@@ -52,13 +52,26 @@ pub fn step<B: AutodiffBackend>(
     batch: Batch,
     lr: f64,
     device: &B::Device,
+    on_phase: impl FnMut(Phase),
+) -> (Gpt<B>, f32) {
+    step_with(model, optim, batch, lr, device, false, on_phase)
+}
+
+/// As [`step`], with the model's blocks in checkpoint scopes if `checkpoint_blocks`.
+pub fn step_with<B: AutodiffBackend>(
+    model: Gpt<B>,
+    optim: &mut GptOptimizer<B>,
+    batch: Batch,
+    lr: f64,
+    device: &B::Device,
+    checkpoint_blocks: bool,
     mut on_phase: impl FnMut(Phase),
 ) -> (Gpt<B>, f32) {
     let shape = [batch.batch, batch.seq];
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.inputs, shape), device);
     let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.targets, shape), device);
     on_phase(Phase::Start);
-    let loss = model.loss(tokens, targets);
+    let loss = model.loss_with(tokens, targets, checkpoint_blocks);
     on_phase(Phase::Forward);
     let grads = loss.backward();
     let loss_value = loss.into_scalar().elem::<f32>();

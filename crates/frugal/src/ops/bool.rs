@@ -17,7 +17,7 @@ crate::ops::forward_ops! {
     impl BoolTensorOps, base crate::ops::BOOL_BASE;
     manual [bool_into_data, bool_argwhere, bool_to_device] {
         crate::ops::into_data!(bool_into_data, BoolTensor);
-        crate::ops::to_device!(bool_to_device, BoolTensor);
+        crate::ops::to_device!(bool_to_device, BoolTensor, BoolKind);
 
         fn bool_argwhere(
             tensor: burn_backend::tensor::BoolTensor<Self>,
@@ -26,8 +26,10 @@ crate::ops::forward_ops! {
             let ledger = tensor.ledger();
             let id = op(Op::bool_argwhere);
             ledger.count_call(id);
-            let indices = B::bool_argwhere(tensor.inner, out_dtype);
-            async move { crate::tensor::FrugalTensor::track(indices.await, ledger, id) }
+            let indices = B::bool_argwhere(tensor.into_inner(), out_dtype);
+            async move {
+                crate::tensor::FrugalTensor::track::<B, crate::remat::IntKind>(indices.await, ledger, id)
+            }
         }
     }
     fn bool_empty(shape: [Shape], device: D, dtype: [BoolDType]) -> Bo;

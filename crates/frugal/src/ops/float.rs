@@ -20,7 +20,7 @@ crate::ops::forward_ops! {
     impl FloatTensorOps, base crate::ops::FLOAT_BASE;
     manual [float_into_data, float_to_device] {
         crate::ops::into_data!(float_into_data, FloatTensor);
-        crate::ops::to_device!(float_to_device, FloatTensor);
+        crate::ops::to_device!(float_to_device, FloatTensor, FloatKind);
     }
     fn float_from_data(data: [TensorData], device: D) -> F;
     fn float_random(shape: [Shape], distribution: [Distribution], device: D, dtype: [FloatDType]) -> F;

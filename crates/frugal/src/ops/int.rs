@@ -20,7 +20,7 @@ crate::ops::forward_ops! {
     impl IntTensorOps, base crate::ops::INT_BASE;
     manual [int_into_data, int_to_device] {
         crate::ops::into_data!(int_into_data, IntTensor);
-        crate::ops::to_device!(int_to_device, IntTensor);
+        crate::ops::to_device!(int_to_device, IntTensor, IntKind);
     }
     fn int_empty(shape: [Shape], device: D, dtype: [IntDType]) -> I;
     fn int_from_data(data: [TensorData], device: D) -> I;

@@ -158,32 +158,31 @@ macro_rules! frugal_ty {
 pub(crate) use frugal_ty;
 
 /// Splits an argument into what the inner backend takes and the storage records to keep alive
-/// until the outputs are charged.
+/// until the outputs are charged (the path taken when the device is not managed).
 macro_rules! split_arg {
-    (F, $a:ident) => {{
-        let $crate::tensor::FrugalTensor { inner, storage } = $a;
-        (inner, storage)
-    }};
+    (F, $a:ident) => {
+        $a.split()
+    };
     (I, $a:ident) => {
-        $crate::ops::split_arg!(F, $a)
+        $a.split()
     };
     (Bo, $a:ident) => {
-        $crate::ops::split_arg!(F, $a)
+        $a.split()
     };
     (Q, $a:ident) => {
-        $crate::ops::split_arg!(F, $a)
+        $a.split()
     };
     (RF, $a:ident) => {
-        (&$a.inner, ())
+        ($a.prim_ref(), ())
     };
     (RI, $a:ident) => {
-        (&$a.inner, ())
+        ($a.prim_ref(), ())
     };
     (RBo, $a:ident) => {
-        (&$a.inner, ())
+        ($a.prim_ref(), ())
     };
     (RQ, $a:ident) => {
-        (&$a.inner, ())
+        ($a.prim_ref(), ())
     };
     (VF, $a:ident) => {
         $crate::tensor::split_vec($a)
@@ -215,6 +214,367 @@ macro_rules! split_arg {
 }
 pub(crate) use split_arg;
 
+/// How a split argument is handed to the inner backend.
+macro_rules! pass {
+    (RF, $a:ident) => {
+        &*$a.0
+    };
+    (RI, $a:ident) => {
+        &*$a.0
+    };
+    (RBo, $a:ident) => {
+        &*$a.0
+    };
+    (RQ, $a:ident) => {
+        &*$a.0
+    };
+    ($other:tt, $a:ident) => {
+        $a.0
+    };
+}
+pub(crate) use pass;
+
+/// As [`split_arg!`] on a managed device, with a third part: what a recipe keeps to replay the
+/// op (the input's cell, a kept copy, or a clone of a plain argument).
+macro_rules! managed_arg {
+    (F, $a:ident) => {
+        $a.split_source()
+    };
+    (I, $a:ident) => {
+        $a.split_source()
+    };
+    (Bo, $a:ident) => {
+        $a.split_source()
+    };
+    (Q, $a:ident) => {
+        $a.split_source()
+    };
+    (RF, $a:ident) => {
+        ($a.prim_ref(), (), $a.source())
+    };
+    (RI, $a:ident) => {
+        ($a.prim_ref(), (), $a.source())
+    };
+    (RBo, $a:ident) => {
+        ($a.prim_ref(), (), $a.source())
+    };
+    (RQ, $a:ident) => {
+        ($a.prim_ref(), (), $a.source())
+    };
+    (VF, $a:ident) => {
+        $crate::tensor::split_vec_source($a)
+    };
+    (VI, $a:ident) => {
+        $crate::tensor::split_vec_source($a)
+    };
+    (VBo, $a:ident) => {
+        $crate::tensor::split_vec_source($a)
+    };
+    (VQ, $a:ident) => {
+        $crate::tensor::split_vec_source($a)
+    };
+    (OF, $a:ident) => {
+        $crate::tensor::split_opt_source($a)
+    };
+    (OBo, $a:ident) => {
+        $crate::tensor::split_opt_source($a)
+    };
+    (TP, $a:ident) => {{
+        let (inner, keep) = $crate::tensor::split_primitive::<B>($a);
+        (inner, keep, $crate::ops::NoReplay)
+    }};
+    (QP, $a:ident) => {{
+        let (inner, keep) = $crate::tensor::split_qparams::<B>($a);
+        (inner, keep, $crate::ops::NoReplay)
+    }};
+    (D, $a:ident) => {
+        ($a, (), $a.clone())
+    };
+    ([&[$t:ty]], $a:ident) => {
+        ($a, (), $a.to_vec())
+    };
+    ([&$t:ty], $a:ident) => {
+        ($a, (), $a.clone())
+    };
+    ([TensorData], $a:ident) => {
+        ($a, (), $crate::ops::NoReplay)
+    };
+    ([$($t:tt)*], $a:ident) => {{
+        let kept = $a.clone();
+        ($a, (), kept)
+    }};
+}
+pub(crate) use managed_arg;
+
+/// The argument as a recipe passes it again, from what [`managed_arg!`] kept (`$c` is a
+/// reference to it).
+macro_rules! replay {
+    (F, $c:ident) => {
+        $c.get()
+    };
+    (I, $c:ident) => {
+        $c.get()
+    };
+    (Bo, $c:ident) => {
+        $c.get()
+    };
+    (Q, $c:ident) => {
+        $c.get()
+    };
+    (RF, $c:ident) => {
+        &$c.get()
+    };
+    (RI, $c:ident) => {
+        &$c.get()
+    };
+    (RBo, $c:ident) => {
+        &$c.get()
+    };
+    (RQ, $c:ident) => {
+        &$c.get()
+    };
+    (VF, $c:ident) => {
+        $c.iter().map($crate::remat::Source::get).collect()
+    };
+    (VI, $c:ident) => {
+        $crate::ops::replay!(VF, $c)
+    };
+    (VBo, $c:ident) => {
+        $crate::ops::replay!(VF, $c)
+    };
+    (VQ, $c:ident) => {
+        $crate::ops::replay!(VF, $c)
+    };
+    (OF, $c:ident) => {
+        $c.as_ref().map($crate::remat::Source::get)
+    };
+    (OBo, $c:ident) => {
+        $crate::ops::replay!(OF, $c)
+    };
+    (TP, $c:ident) => {
+        unreachable!()
+    };
+    (QP, $c:ident) => {
+        unreachable!()
+    };
+    (D, $c:ident) => {
+        $c
+    };
+    ([&[$t:ty]], $c:ident) => {
+        &$c[..]
+    };
+    ([&$t:ty], $c:ident) => {
+        $c
+    };
+    ([TensorData], $c:ident) => {
+        unreachable!()
+    };
+    ([$($t:tt)*], $c:ident) => {
+        $c.clone()
+    };
+}
+pub(crate) use replay;
+
+/// Whether what [`managed_arg!`] kept lets the op be replayed.
+macro_rules! usable {
+    (F, $c:ident) => {
+        $c.usable()
+    };
+    (I, $c:ident) => {
+        $c.usable()
+    };
+    (Bo, $c:ident) => {
+        $c.usable()
+    };
+    (Q, $c:ident) => {
+        $c.usable()
+    };
+    (RF, $c:ident) => {
+        $c.usable()
+    };
+    (RI, $c:ident) => {
+        $c.usable()
+    };
+    (RBo, $c:ident) => {
+        $c.usable()
+    };
+    (RQ, $c:ident) => {
+        $c.usable()
+    };
+    (VF, $c:ident) => {
+        $c.iter().all($crate::remat::Source::usable)
+    };
+    (VI, $c:ident) => {
+        $crate::ops::usable!(VF, $c)
+    };
+    (VBo, $c:ident) => {
+        $crate::ops::usable!(VF, $c)
+    };
+    (VQ, $c:ident) => {
+        $crate::ops::usable!(VF, $c)
+    };
+    (OF, $c:ident) => {
+        $c.as_ref().is_none_or($crate::remat::Source::usable)
+    };
+    (OBo, $c:ident) => {
+        $crate::ops::usable!(OF, $c)
+    };
+    (TP, $c:ident) => {
+        false
+    };
+    (QP, $c:ident) => {
+        false
+    };
+    ([TensorData], $c:ident) => {
+        false
+    };
+    ($other:tt, $c:ident) => {
+        true
+    };
+}
+pub(crate) use usable;
+
+/// Bytes of a tensor argument as kept by [`managed_arg!`] (0 for other arguments).
+macro_rules! arg_bytes {
+    (F, $c:ident) => {
+        $c.bytes()
+    };
+    (I, $c:ident) => {
+        $c.bytes()
+    };
+    (Bo, $c:ident) => {
+        $c.bytes()
+    };
+    (Q, $c:ident) => {
+        $c.bytes()
+    };
+    (RF, $c:ident) => {
+        $c.bytes()
+    };
+    (RI, $c:ident) => {
+        $c.bytes()
+    };
+    (RBo, $c:ident) => {
+        $c.bytes()
+    };
+    (RQ, $c:ident) => {
+        $c.bytes()
+    };
+    (VF, $c:ident) => {
+        $c.iter().map($crate::remat::Source::bytes).sum::<u64>()
+    };
+    (VI, $c:ident) => {
+        $crate::ops::arg_bytes!(VF, $c)
+    };
+    (VBo, $c:ident) => {
+        $crate::ops::arg_bytes!(VF, $c)
+    };
+    (VQ, $c:ident) => {
+        $crate::ops::arg_bytes!(VF, $c)
+    };
+    (OF, $c:ident) => {
+        $c.as_ref().map_or(0, $crate::remat::Source::bytes)
+    };
+    (OBo, $c:ident) => {
+        $crate::ops::arg_bytes!(OF, $c)
+    };
+    ($other:tt, $c:ident) => {
+        0u64
+    };
+}
+pub(crate) use arg_bytes;
+
+/// Adds a tensor argument's cell to a recipe's inputs.
+macro_rules! push_cells {
+    (F, $c:ident, $v:ident) => {
+        $c.push_cell(&mut $v)
+    };
+    (I, $c:ident, $v:ident) => {
+        $c.push_cell(&mut $v)
+    };
+    (Bo, $c:ident, $v:ident) => {
+        $c.push_cell(&mut $v)
+    };
+    (Q, $c:ident, $v:ident) => {
+        $c.push_cell(&mut $v)
+    };
+    (RF, $c:ident, $v:ident) => {
+        $c.push_cell(&mut $v)
+    };
+    (RI, $c:ident, $v:ident) => {
+        $c.push_cell(&mut $v)
+    };
+    (RBo, $c:ident, $v:ident) => {
+        $c.push_cell(&mut $v)
+    };
+    (RQ, $c:ident, $v:ident) => {
+        $c.push_cell(&mut $v)
+    };
+    (VF, $c:ident, $v:ident) => {
+        $c.iter().for_each(|s| s.push_cell(&mut $v))
+    };
+    (VI, $c:ident, $v:ident) => {
+        $crate::ops::push_cells!(VF, $c, $v)
+    };
+    (VBo, $c:ident, $v:ident) => {
+        $crate::ops::push_cells!(VF, $c, $v)
+    };
+    (VQ, $c:ident, $v:ident) => {
+        $crate::ops::push_cells!(VF, $c, $v)
+    };
+    (OF, $c:ident, $v:ident) => {
+        $c.iter().for_each(|s| s.push_cell(&mut $v))
+    };
+    (OBo, $c:ident, $v:ident) => {
+        $crate::ops::push_cells!(OF, $c, $v)
+    };
+    ($other:tt, $c:ident, $v:ident) => {
+        ()
+    };
+}
+pub(crate) use push_cells;
+
+/// What a recipe keeps for an argument that makes the op impossible to replay.
+pub(crate) struct NoReplay;
+
+/// Ops whose result differs from one call to the next (random draws, uninitialised buffers)
+/// or that upload host data: never recomputed, only kept or offloaded.
+pub(crate) const fn replayable(name: &str) -> bool {
+    const fn ends_with(name: &[u8], suffix: &[u8]) -> bool {
+        if name.len() < suffix.len() {
+            return false;
+        }
+        let start = name.len() - suffix.len();
+        let mut i = 0;
+        while i < suffix.len() {
+            if name[start + i] != suffix[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    let name = name.as_bytes();
+    !(ends_with(name, b"_random") || ends_with(name, b"_empty") || ends_with(name, b"_from_data"))
+}
+
+/// The cell kind of a single-tensor output.
+macro_rules! kind_of {
+    (F) => {
+        $crate::remat::FloatKind
+    };
+    (I) => {
+        $crate::remat::IntKind
+    };
+    (Bo) => {
+        $crate::remat::BoolKind
+    };
+    (Q) => {
+        $crate::remat::QuantKind
+    };
+}
+pub(crate) use kind_of;
+
 /// The ledger an op's outputs are charged to: its first tensor's, else its device's.
 macro_rules! ledger_of {
     () => { $crate::ledger::Ledger::unattributed() };
@@ -239,16 +599,16 @@ pub(crate) use ledger_of;
 /// Wraps an inner backend's output, charging new tensors to `$ledger` under `$op`.
 macro_rules! wrap_out {
     (F, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::FrugalTensor::track($o, $l, $op)
+        $crate::tensor::FrugalTensor::track::<B, $crate::remat::FloatKind>($o, $l, $op)
     };
     (I, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::FrugalTensor::track($o, $l, $op)
+        $crate::tensor::FrugalTensor::track::<B, $crate::remat::IntKind>($o, $l, $op)
     };
     (Bo, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::FrugalTensor::track($o, $l, $op)
+        $crate::tensor::FrugalTensor::track::<B, $crate::remat::BoolKind>($o, $l, $op)
     };
     (Q, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::FrugalTensor::track($o, $l, $op)
+        $crate::tensor::FrugalTensor::track::<B, $crate::remat::QuantKind>($o, $l, $op)
     };
     (TP, $o:ident, $l:ident, $op:ident) => {
         $crate::tensor::track_primitive::<B>($o, $l, $op)
@@ -281,9 +641,54 @@ macro_rules! wrap_out {
 }
 pub(crate) use wrap_out;
 
+/// Wraps the output of an op run on a managed device: a single tensor gets a cell with a
+/// recipe that replays the op from `$caps`; other outputs are kept or offloaded only.
+macro_rules! wrap_managed {
+    (@recipe $k:tt, $o:ident, $l:ident, $op:ident, $name:ident, $caps:ident, $($arg:ident: $kind:tt),*) => {{
+        let (usable, inputs, sizes) = {
+            #[allow(unused_variables)]
+            let ($($arg,)*) = &$caps;
+            let usable = $crate::ops::replayable(stringify!($name))
+                $(&& $crate::ops::usable!($kind, $arg))*;
+            #[allow(unused_mut)]
+            let mut inputs = Vec::new();
+            if usable {
+                $($crate::ops::push_cells!($kind, $arg, inputs);)*
+            }
+            (usable, inputs, [$($crate::ops::arg_bytes!($kind, $arg)),*])
+        };
+        let storage = std::sync::Arc::new($l.charge(&$o, $op));
+        let cost = $crate::policy::op_cost(stringify!($name), &sizes, storage.bytes);
+        #[allow(unreachable_code)]
+        let recipe = usable.then(|| $crate::remat::Recipe {
+            run: Box::new(move || {
+                #[allow(unused_variables)]
+                let ($($arg,)*) = &$caps;
+                B::$name($($crate::ops::replay!($kind, $arg)),*)
+            }),
+            inputs,
+        });
+        $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($k)>($o, storage, recipe, cost)
+    }};
+    (F, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe F, $($rest)*) };
+    (I, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe I, $($rest)*) };
+    (Bo, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe Bo, $($rest)*) };
+    (Q, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe Q, $($rest)*) };
+    ($other:tt, $o:ident, $l:ident, $op:ident, $name:ident, $caps:ident, $($rest:tt)*) => {{
+        #[allow(dropping_copy_types)]
+        drop($caps);
+        $crate::ops::wrap_out!($other, $o, $l, $op)
+    }};
+}
+pub(crate) use wrap_managed;
+
 /// Implements one Burn op trait for `Frugal<B>` by forwarding each listed method to `B`'s own
 /// method of the same name. Methods under `manual` are written by hand beside the invocation
 /// (async reads, device moves) but get ids here too.
+///
+/// Each method has two paths: the plain one (no budget, no scope: unwrap, call, charge) and
+/// the managed one, which also records how to replay the op and, after it, enforces the
+/// device's budget.
 macro_rules! forward_ops {
     (
         impl $trait:ident, base $base:expr;
@@ -297,21 +702,62 @@ macro_rules! forward_ops {
         impl<B: Backend> $trait<Frugal<B>> for Frugal<B> {
             $(
                 #[inline]
+                #[allow(dropping_copy_types)]
                 fn $name($($arg: $crate::ops::frugal_ty!($kind)),*) -> $crate::ops::frugal_ty!($ret) {
                     let ledger = $crate::ops::ledger_of!($($kind $arg)*);
                     let id = op(Op::$name);
                     ledger.count_call(id);
-                    $(let $arg = $crate::ops::split_arg!($kind, $arg);)*
-                    let out = B::$name($($arg.0),*);
-                    $crate::ops::wrap_out!($ret, out, ledger, id)
+                    if !ledger.budget.managing() {
+                        $(let $arg = $crate::ops::split_arg!($kind, $arg);)*
+                        let out = B::$name($($crate::ops::pass!($kind, $arg)),*);
+                        return $crate::ops::wrap_out!($ret, out, ledger, id);
+                    }
+                    let live_before = ledger.live_bytes();
+                    $(let $arg = $crate::ops::managed_arg!($kind, $arg);)*
+                    let caps = ($($arg.2,)*);
+                    let inputs_bytes: u64 = {
+                        #[allow(unused_variables)]
+                        let ($($arg,)*) = &caps;
+                        0 $(+ $crate::ops::arg_bytes!($kind, $arg))*
+                    };
+                    let out = B::$name($($crate::ops::pass!($kind, $arg)),*);
+                    let out = $crate::ops::wrap_managed!($ret, out, ledger, id, $name, caps, $($arg: $kind),*);
+                    $(drop($arg.1);)*
+                    let output_bytes = ledger.live_bytes().saturating_sub(live_before);
+                    ledger.budget.enforce(ledger, Some(id), inputs_bytes + output_bytes);
+                    out
                 }
             )*
             $(
                 #[inline]
                 fn $vname($vt: $crate::ops::frugal_ty!($vk) $(, $varg: $crate::ops::frugal_ty!($vkind))*) -> $crate::ops::frugal_ty!($vret) {
-                    let $crate::tensor::FrugalTensor { inner, storage } = $vt;
-                    storage.ledger.count_call(op(Op::$vname));
-                    $crate::tensor::FrugalTensor { inner: B::$vname(inner $(, $varg)*), storage }
+                    let ledger = $vt.ledger();
+                    let id = op(Op::$vname);
+                    ledger.count_call(id);
+                    if !ledger.budget.managing() {
+                        let (inner, storage) = $vt.split_view();
+                        return $crate::tensor::FrugalTensor::plain(B::$vname(inner $(, $varg)*), storage);
+                    }
+                    let (inner, storage, source) = $vt.split_view_source();
+                    $(let $varg = $crate::ops::managed_arg!($vkind, $varg);)*
+                    let caps = (source, $($varg.2,)*);
+                    let out = B::$vname(inner $(, $crate::ops::pass!($vkind, $varg))*);
+                    let recipe = caps.0.usable().then(|| {
+                        let mut inputs = Vec::new();
+                        caps.0.push_cell(&mut inputs);
+                        $crate::remat::Recipe {
+                            run: Box::new(move || {
+                                #[allow(unused_variables)]
+                                let (source, $($varg,)*) = &caps;
+                                B::$vname(source.get() $(, $crate::ops::replay!($vkind, $varg))*)
+                            }),
+                            inputs,
+                        }
+                    });
+                    let out = $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($vret)>(out, storage, recipe, 0.0);
+                    // Reading an evicted input restored it.
+                    ledger.budget.enforce(ledger, Some(id), 0);
+                    out
                 }
             )*
             $($manual_items)*
@@ -322,7 +768,7 @@ pub(crate) use forward_ops;
 
 /// Forwards a `*_to_device` method: the output is charged to the target device's ledger.
 macro_rules! to_device {
-    ($name:ident, $ty:ident) => {
+    ($name:ident, $ty:ident, $kind:ident) => {
         fn $name(
             tensor: burn_backend::tensor::$ty<Self>,
             device: &burn_backend::tensor::Device<Self>,
@@ -330,10 +776,12 @@ macro_rules! to_device {
             let target = $crate::ledger::Ledger::of_device(device);
             let id = op(Op::$name);
             target.count_call(id);
-            let $crate::tensor::FrugalTensor { inner, storage } = tensor;
+            let (inner, keep) = tensor.split();
             let out = B::$name(inner, device);
-            let out = $crate::tensor::FrugalTensor::track(out, target, id);
-            drop(storage);
+            let out =
+                $crate::tensor::FrugalTensor::track::<B, $crate::remat::$kind>(out, target, id);
+            drop(keep);
+            target.budget.enforce(target, Some(id), 0);
             out
         }
     };
@@ -348,8 +796,12 @@ macro_rules! into_data {
         ) -> impl core::future::Future<
             Output = Result<burn_backend::TensorData, burn_backend::ExecutionError>,
         > + Send {
-            tensor.ledger().count_call(op(Op::$name));
-            B::$name(tensor.inner)
+            let ledger = tensor.ledger();
+            ledger.count_call(op(Op::$name));
+            let inner = tensor.into_inner();
+            // Reading an evicted tensor restored it.
+            ledger.budget.enforce(ledger, Some(op(Op::$name)), 0);
+            B::$name(inner)
         }
     };
 }

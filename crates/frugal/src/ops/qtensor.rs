@@ -18,7 +18,7 @@ crate::ops::forward_ops! {
     impl QTensorOps, base crate::ops::Q_BASE;
     manual [q_into_data, q_to_device] {
         crate::ops::into_data!(q_into_data, QuantizedTensor);
-        crate::ops::to_device!(q_to_device, QuantizedTensor);
+        crate::ops::to_device!(q_to_device, QuantizedTensor, QuantKind);
     }
     fn q_from_data(data: [TensorData], device: D) -> Q;
     fn quantize(tensor: F, scheme: [&QuantScheme], qparams: QP) -> Q;

@@ -26,7 +26,7 @@ crate::ops::forward_ops! {
                 .or(transaction.read_bools.first().map(|t| t.ledger()))
                 .unwrap_or_else(Ledger::unattributed);
             ledger.count_call(op(Op::tr_execute));
-            fn inner<P>(tensors: Vec<FrugalTensor<P>>) -> Vec<P> {
+            fn inner<P: Clone>(tensors: Vec<FrugalTensor<P>>) -> Vec<P> {
                 tensors.into_iter().map(FrugalTensor::into_inner).collect()
             }
             B::tr_execute(TransactionPrimitive::new(

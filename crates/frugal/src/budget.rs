@@ -1,0 +1,333 @@
+//! The per-device memory budget: when it is on, every new tensor is managed (see
+//! [`crate::remat`]), and after each op the eviction policy drops tensors until live bytes are
+//! back under the budget.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+
+use serde::Serialize;
+
+use crate::ledger::Ledger;
+use crate::ops::OpId;
+use crate::policy::{EvictionMode, Policy};
+use crate::remat::{CellDyn, Status};
+use crate::report::format_bytes;
+
+const NO_LIMIT: u64 = u64::MAX;
+
+/// Counters of what the budget and checkpoint scopes did on one device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RematStats {
+    /// Tensors evicted to be recomputed later (by the budget or a scope's end).
+    pub evictions: u64,
+    /// Bytes of those.
+    pub evicted_bytes: u64,
+    /// Evicted tensors recomputed when read.
+    pub recomputes: u64,
+    /// Bytes of those.
+    pub recomputed_bytes: u64,
+    /// Tensors copied to host memory.
+    pub offloads: u64,
+    /// Bytes of those.
+    pub offloaded_bytes: u64,
+    /// Offloaded tensors copied back when read.
+    pub uploads: u64,
+    /// Bytes of those.
+    pub uploaded_bytes: u64,
+    /// Bytes held in host memory now.
+    pub host_bytes: u64,
+    /// Highest `host_bytes`.
+    pub peak_host_bytes: u64,
+}
+
+/// Budget state kept in each device's ledger.
+pub(crate) struct Budget {
+    limit: AtomicU64,
+    open_scopes: AtomicU32,
+    managing: AtomicBool,
+    scope: AtomicU64,
+    next_scope: AtomicU64,
+    clock: AtomicU64,
+    mode: AtomicU8,
+    host_cost_bits: AtomicU64,
+    max_depth: AtomicU32,
+    registry: Mutex<Vec<Weak<dyn CellDyn>>>,
+    evictions: AtomicU64,
+    evicted_bytes: AtomicU64,
+    recomputes: AtomicU64,
+    recomputed_bytes: AtomicU64,
+    offloads: AtomicU64,
+    offloaded_bytes: AtomicU64,
+    uploads: AtomicU64,
+    uploaded_bytes: AtomicU64,
+    host_bytes: AtomicU64,
+    peak_host_bytes: AtomicU64,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        let policy = Policy::default();
+        Self {
+            limit: AtomicU64::new(NO_LIMIT),
+            open_scopes: AtomicU32::new(0),
+            managing: AtomicBool::new(false),
+            scope: AtomicU64::new(0),
+            next_scope: AtomicU64::new(1),
+            clock: AtomicU64::new(0),
+            mode: AtomicU8::new(policy.mode as u8),
+            host_cost_bits: AtomicU64::new(policy.host_cost_per_byte.to_bits()),
+            max_depth: AtomicU32::new(policy.max_depth),
+            registry: Mutex::new(Vec::new()),
+            evictions: AtomicU64::new(0),
+            evicted_bytes: AtomicU64::new(0),
+            recomputes: AtomicU64::new(0),
+            recomputed_bytes: AtomicU64::new(0),
+            offloads: AtomicU64::new(0),
+            offloaded_bytes: AtomicU64::new(0),
+            uploads: AtomicU64::new(0),
+            uploaded_bytes: AtomicU64::new(0),
+            host_bytes: AtomicU64::new(0),
+            peak_host_bytes: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Budget {
+    /// Whether new tensors on this device are managed (a budget is set or a scope is open).
+    #[inline]
+    pub(crate) fn managing(&self) -> bool {
+        self.managing.load(Relaxed)
+    }
+
+    fn update_managing(&self) {
+        let on = self.limit.load(Relaxed) != NO_LIMIT || self.open_scopes.load(Relaxed) > 0;
+        self.managing.store(on, Relaxed);
+    }
+
+    pub(crate) fn limit(&self) -> Option<u64> {
+        let limit = self.limit.load(Relaxed);
+        (limit != NO_LIMIT).then_some(limit)
+    }
+
+    pub(crate) fn set_limit(&self, limit: Option<u64>) {
+        self.limit.store(limit.unwrap_or(NO_LIMIT), Relaxed);
+        self.update_managing();
+    }
+
+    pub(crate) fn policy(&self) -> Policy {
+        Policy {
+            mode: match self.mode.load(Relaxed) {
+                1 => EvictionMode::RecomputeOnly,
+                2 => EvictionMode::OffloadOnly,
+                _ => EvictionMode::Auto,
+            },
+            host_cost_per_byte: f64::from_bits(self.host_cost_bits.load(Relaxed)),
+            max_depth: self.max_depth.load(Relaxed),
+        }
+    }
+
+    pub(crate) fn set_policy(&self, policy: Policy) {
+        self.mode.store(policy.mode as u8, Relaxed);
+        self.host_cost_bits
+            .store(policy.host_cost_per_byte.to_bits(), Relaxed);
+        self.max_depth.store(policy.max_depth, Relaxed);
+    }
+
+    /// A logical clock, advanced by every use of a managed tensor.
+    pub(crate) fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Relaxed)
+    }
+
+    pub(crate) fn current_scope(&self) -> u64 {
+        self.scope.load(Relaxed)
+    }
+
+    pub(crate) fn register(&self, cell: Weak<dyn CellDyn>) {
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        // Amortised clean-up of cells that are gone, so the registry stays proportional to
+        // the live ones.
+        if registry.len() >= 1024 && registry.len().is_power_of_two() {
+            registry.retain(|cell| cell.strong_count() > 0);
+        }
+        registry.push(cell);
+    }
+
+    fn cells(&self) -> Vec<Arc<dyn CellDyn>> {
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        registry.retain(|cell| cell.strong_count() > 0);
+        registry.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    pub(crate) fn count_eviction(&self, bytes: u64) {
+        self.evictions.fetch_add(1, Relaxed);
+        self.evicted_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    pub(crate) fn count_recompute(&self, bytes: u64) {
+        self.recomputes.fetch_add(1, Relaxed);
+        self.recomputed_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    pub(crate) fn count_offload(&self, bytes: u64) {
+        self.offloads.fetch_add(1, Relaxed);
+        self.offloaded_bytes.fetch_add(bytes, Relaxed);
+        let host = self.host_bytes.fetch_add(bytes, Relaxed) + bytes;
+        self.peak_host_bytes.fetch_max(host, Relaxed);
+    }
+
+    pub(crate) fn count_upload(&self, bytes: u64) {
+        self.uploads.fetch_add(1, Relaxed);
+        self.uploaded_bytes.fetch_add(bytes, Relaxed);
+        self.host_release(bytes);
+    }
+
+    pub(crate) fn host_release(&self, bytes: u64) {
+        self.host_bytes.fetch_sub(bytes, Relaxed);
+    }
+
+    pub(crate) fn stats(&self) -> RematStats {
+        RematStats {
+            evictions: self.evictions.load(Relaxed),
+            evicted_bytes: self.evicted_bytes.load(Relaxed),
+            recomputes: self.recomputes.load(Relaxed),
+            recomputed_bytes: self.recomputed_bytes.load(Relaxed),
+            offloads: self.offloads.load(Relaxed),
+            offloaded_bytes: self.offloaded_bytes.load(Relaxed),
+            uploads: self.uploads.load(Relaxed),
+            uploaded_bytes: self.uploaded_bytes.load(Relaxed),
+            host_bytes: self.host_bytes.load(Relaxed),
+            peak_host_bytes: self.peak_host_bytes.load(Relaxed),
+        }
+    }
+
+    /// Opens a checkpoint scope: tensors created until it closes are tagged with its id.
+    pub(crate) fn open_scope(&self) -> (u64, u64) {
+        let id = self.next_scope.fetch_add(1, Relaxed);
+        let outer = self.scope.swap(id, Relaxed);
+        self.open_scopes.fetch_add(1, Relaxed);
+        self.update_managing();
+        (id, outer)
+    }
+
+    /// Closes scope `id`: every tensor created inside it that the program still holds, is not
+    /// in `keep` (the scope's outputs) and can be recomputed is evicted.
+    pub(crate) fn close_scope(&self, (id, outer): (u64, u64), keep: &[usize]) {
+        self.scope.store(outer, Relaxed);
+        self.open_scopes.fetch_sub(1, Relaxed);
+        self.update_managing();
+        for cell in self.cells() {
+            let core = cell.core();
+            let address = Arc::as_ptr(&cell) as *const () as usize;
+            if core.scope >= id
+                && !core.is_dead()
+                && !keep.contains(&address)
+                && cell.status() == Status::Resident
+            {
+                cell.evict(crate::policy::Action::Recompute);
+            }
+        }
+    }
+
+    /// Evicts tensors until live bytes are within the limit. `op` just ran and needed `needed`
+    /// bytes for its inputs and output; if nothing more can be evicted, this panics with the
+    /// figures (Burn ops have no error channel).
+    pub(crate) fn enforce(&self, ledger: &Ledger, op: Option<OpId>, needed: u64) {
+        let Some(limit) = self.limit() else { return };
+        if ledger.live_bytes() <= limit {
+            return;
+        }
+        let now = self.clock.load(Relaxed);
+        let allow_offload = self.policy().mode != EvictionMode::RecomputeOnly;
+        let mut candidates: Vec<_> = self
+            .cells()
+            .into_iter()
+            .filter_map(|cell| {
+                let candidate = cell.candidate(now, allow_offload)?;
+                Some((candidate, cell))
+            })
+            .collect();
+        candidates.sort_by(|a, b| a.0.score.total_cmp(&b.0.score));
+        // Evict a little below the limit, so the next few ops do not each scan again.
+        let target = limit - limit / 32;
+        for (candidate, cell) in &candidates {
+            if ledger.live_bytes() <= target {
+                break;
+            }
+            cell.evict(candidate.action);
+        }
+        drop(candidates);
+        let live = ledger.live_bytes();
+        if live > limit {
+            let holders = ledger
+                .holders()
+                .into_iter()
+                .take(5)
+                .map(|(op, bytes, n)| format!("{} {} in {n}", op.name(), format_bytes(bytes)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let after = op.map_or("changing the budget".to_string(), |op| {
+                op.name().to_string()
+            });
+            panic!(
+                "frugal: the memory budget of {} on {} cannot be kept after {after}: {} are live \
+                 and nothing more can be evicted (the op's inputs, output and the tensors it restored take {}). \
+                 Biggest holders: {holders}. Raise the budget (accepted: at least the largest \
+                 op's inputs and output plus what cannot be recomputed or offloaded).",
+                format_bytes(limit),
+                ledger.label,
+                format_bytes(live),
+                format_bytes(needed),
+            );
+        }
+    }
+}
+
+/// Error from [`parse_bytes`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseBytesError {
+    input: String,
+}
+
+impl std::fmt::Display for ParseBytesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invalid byte size {:?}: expected a positive number with an optional unit \
+             B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), \
+             e.g. 2GiB or 1.5GB, between 1 B and 16 EiB",
+            self.input
+        )
+    }
+}
+
+impl std::error::Error for ParseBytesError {}
+
+/// Parses a byte size such as `2GiB`, `1.5 GB`, `800MB` or `123456`.
+pub fn parse_bytes(input: &str) -> Result<u64, ParseBytesError> {
+    let error = || ParseBytesError {
+        input: input.to_string(),
+    };
+    let text = input.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| error())?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(error()),
+    };
+    let bytes = (number * scale).round();
+    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
+        return Err(error());
+    }
+    Ok(bytes as u64)
+}

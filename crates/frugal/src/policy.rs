@@ -1,0 +1,108 @@
+//! The eviction policy: which tensor to drop when live bytes exceed the budget, and whether to
+//! recompute it or copy it to host memory.
+//!
+//! Each resident tensor that can be dropped gets a score, as in DTR (Kirisame et al., ICLR
+//! 2021): the cost of bringing it back divided by the bytes it frees and by how long it has
+//! gone unused. The lowest score goes first. The cost of a recomputation is the op's estimated
+//! memory traffic (plus arithmetic for matmul and convolution) and that of its evicted inputs,
+//! which would be recomputed with it; the cost of an offload is a round trip over the host
+//! link, [`Policy::host_cost_per_byte`] per byte. Tensors that cannot be replayed identically
+//! (random draws, uploads, empty buffers, outputs of ops that consumed their last input) can
+//! only be offloaded.
+
+use crate::remat::CellCore;
+
+/// What to do with a tensor chosen for eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Drop the device buffer; re-run the op that made it when it is read.
+    Recompute,
+    /// Copy it to host memory, free the device buffer, copy it back when it is read.
+    Offload,
+}
+
+/// Which actions the policy may choose from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EvictionMode {
+    /// The cheaper of recomputation and offload, by estimated cost.
+    #[default]
+    Auto,
+    /// Only recomputation; tensors that cannot be recomputed stay.
+    RecomputeOnly,
+    /// Only host offload.
+    OffloadOnly,
+}
+
+/// Tuning of the eviction policy for one device (see [`crate::memory::set_policy`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Policy {
+    /// Which actions may be used.
+    pub mode: EvictionMode,
+    /// Cost of moving one byte to the host and back, in units of one byte of device memory
+    /// traffic. The default, 64, is about an H100's memory bandwidth over PCIe 4 x16 in both
+    /// directions.
+    pub host_cost_per_byte: f64,
+    /// The longest chain of evicted tensors one read may recompute. Tensors whose recipe would
+    /// go deeper are offloaded or kept instead.
+    pub max_depth: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            mode: EvictionMode::Auto,
+            host_cost_per_byte: 64.0,
+            max_depth: 32,
+        }
+    }
+}
+
+/// Estimated cost of re-running `op`, from its tensor inputs' and output's bytes.
+pub(crate) fn op_cost(op: &str, inputs: &[u64], output: u64) -> f64 {
+    let traffic = inputs.iter().sum::<u64>() as f64 + output as f64;
+    let products = op.contains("matmul") || op.contains("conv") || op.contains("attention");
+    if products && inputs.len() >= 2 {
+        // For an (m×k)·(k×n) f32 product, sqrt(lhs·rhs·out bytes) / 8 = m·n·k multiply-adds;
+        // a GPU does about 16 of them per byte of memory traffic.
+        let (lhs, rhs) = (inputs[0] as f64, inputs[1] as f64);
+        traffic + (lhs * rhs * output as f64).sqrt() / 8.0 / 16.0
+    } else {
+        traffic
+    }
+}
+
+/// One resident tensor that may be evicted, scored.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Candidate {
+    pub(crate) score: f64,
+    pub(crate) action: Action,
+}
+
+impl Candidate {
+    /// Scores a tensor whose recomputation would cost `recompute` (`None`: it cannot be
+    /// recomputed), or `None` if the policy allows no action for it.
+    pub(crate) fn new(
+        core: &CellCore,
+        now: u64,
+        recompute: Option<f64>,
+        can_offload: bool,
+    ) -> Option<Self> {
+        let policy = core.ledger.budget.policy();
+        let offload = can_offload.then(|| core.bytes as f64 * policy.host_cost_per_byte);
+        let (cost, action) = match (policy.mode, recompute, offload) {
+            (EvictionMode::RecomputeOnly, Some(r), _) => (r, Action::Recompute),
+            (EvictionMode::OffloadOnly, _, Some(o)) => (o, Action::Offload),
+            (EvictionMode::Auto, Some(r), Some(o)) if o < r => (o, Action::Offload),
+            (EvictionMode::Auto, Some(r), _) => (r, Action::Recompute),
+            (EvictionMode::Auto, None, Some(o)) => (o, Action::Offload),
+            _ => return None,
+        };
+        let staleness = now.saturating_sub(core.last_use()) as f64 + 1.0;
+        // A tensor the program no longer holds is only kept for others' recomputation.
+        let dead = if core.is_dead() { 0.5 } else { 1.0 };
+        Some(Self {
+            score: dead * (cost + 1.0) / (core.bytes as f64 * staleness),
+            action,
+        })
+    }
+}

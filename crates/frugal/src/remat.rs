@@ -1,0 +1,582 @@
+//! Managed tensors: the mechanism that lets Frugal drop a tensor's device buffer and bring it
+//! back later, by re-running the op that made it (rematerialisation) or by copying it from
+//! host memory (offload).
+//!
+//! While a device is under a budget or inside a checkpoint scope, every tensor Frugal creates
+//! there is a [`Cell`]: its state (resident on the device, evicted, offloaded to the host, or
+//! gone for good), and a [`Recipe`] to recompute it from its input cells when the op can be
+//! replayed with the same result. The user's tensors hold a [`Handle`]; recipes hold the cells
+//! directly, so Frugal knows when the program itself no longer holds a tensor ("dead").
+//!
+//! Invariants:
+//! - an evicted cell can always be restored: each of its recipe inputs counts it as a
+//!   dependent and is kept (resident, offloaded, or itself evicted and restorable) until the
+//!   count is back to zero;
+//! - a dead cell holds no device memory unless an evicted dependent needs it;
+//! - restoring walks the chain of evicted inputs with an explicit stack, so a long chain cannot
+//!   overflow the thread's stack, and no eviction happens until the op that asked returns.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
+
+use crate::ledger::Ledger;
+use crate::ops::OpId;
+use crate::policy::{Action, Candidate};
+use crate::tensor::Storage;
+
+/// Which of the backend's four tensor kinds a cell holds, with the calls needed to move it to
+/// the host and back.
+pub(crate) trait Kind<B: Backend>: Send + Sync + 'static {
+    type Prim: TensorMetadata + Clone + Send + Sync + 'static;
+    fn device(tensor: &Self::Prim) -> B::Device;
+    fn to_host(tensor: Self::Prim) -> TensorData;
+    fn from_host(data: TensorData, device: &B::Device) -> Self::Prim;
+}
+
+fn read_back(result: Result<TensorData, burn_backend::ExecutionError>) -> TensorData {
+    result
+        .unwrap_or_else(|err| panic!("frugal: offloading a tensor to host memory failed: {err:?}"))
+}
+
+macro_rules! kinds {
+    ($($kind:ident: $prim:ident, $device:ident, $into:ident, $from:ident;)*) => {$(
+        pub(crate) struct $kind;
+        impl<B: Backend> Kind<B> for $kind {
+            type Prim = B::$prim;
+            fn device(tensor: &Self::Prim) -> B::Device {
+                B::$device(tensor)
+            }
+            fn to_host(tensor: Self::Prim) -> TensorData {
+                read_back(burn_std::future::block_on(B::$into(tensor)))
+            }
+            fn from_host(data: TensorData, device: &B::Device) -> Self::Prim {
+                B::$from(data, device)
+            }
+        }
+    )*};
+}
+
+kinds! {
+    FloatKind: FloatTensorPrimitive, float_device, float_into_data, float_from_data;
+    IntKind: IntTensorPrimitive, int_device, int_into_data, int_from_data;
+    BoolKind: BoolTensorPrimitive, bool_device, bool_into_data, bool_from_data;
+    QuantKind: QuantizedTensorPrimitive, q_device, q_into_data, q_from_data;
+}
+
+/// How to compute a cell again: a closure over its inputs' cells (or kept copies of unmanaged
+/// inputs) and the op's other arguments.
+pub(crate) struct Recipe<P> {
+    pub(crate) run: Box<dyn Fn() -> P + Send + Sync>,
+    pub(crate) inputs: Vec<Arc<dyn CellDyn>>,
+}
+
+/// Where a cell's data is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    Resident,
+    Evicted,
+    Offloaded,
+    Gone,
+}
+
+enum State<P> {
+    Resident(P, Arc<Storage>),
+    Evicted,
+    Offloaded(TensorData),
+    Gone,
+}
+
+impl<P> State<P> {
+    fn status(&self) -> Status {
+        match self {
+            State::Resident(..) => Status::Resident,
+            State::Evicted => Status::Evicted,
+            State::Offloaded(_) => Status::Offloaded,
+            State::Gone => Status::Gone,
+        }
+    }
+}
+
+struct Slot<P> {
+    state: State<P>,
+    recipe: Option<Recipe<P>>,
+    /// Length of the chain of evicted cells a restore of this one walks (0 when resident).
+    depth: u32,
+}
+
+/// What every cell shares whatever its kind: identity, accounting and eviction bookkeeping.
+pub(crate) struct CellCore {
+    pub(crate) ledger: &'static Ledger,
+    pub(crate) op: OpId,
+    pub(crate) bytes: u64,
+    /// Estimated cost of re-running the op alone (see [`crate::policy::op_cost`]).
+    pub(crate) cost: f64,
+    /// The checkpoint scope the cell was created in (0: none).
+    pub(crate) scope: u64,
+    last_use: AtomicU64,
+    /// Evicted cells whose recipe reads this one.
+    dependents: AtomicU32,
+    /// The program holds no handle to it any more.
+    dead: AtomicBool,
+}
+
+impl CellCore {
+    pub(crate) fn last_use(&self) -> u64 {
+        self.last_use.load(Relaxed)
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Relaxed)
+    }
+
+    fn touch(&self) {
+        self.last_use.store(self.ledger.budget.tick(), Relaxed);
+    }
+}
+
+/// The kind-independent face of a cell, used by the eviction policy and by recipes.
+pub(crate) trait CellDyn: Send + Sync {
+    fn core(&self) -> &CellCore;
+    fn status(&self) -> Status;
+    /// Recipe inputs that are evicted and must be restored before this cell can be.
+    fn evicted_inputs(&self) -> Vec<Arc<dyn CellDyn>>;
+    /// Brings this one cell back, assuming its inputs can be read without recomputation.
+    fn restore_one(&self);
+    /// How this cell could be evicted now, and at what cost; `None` if it cannot be.
+    fn candidate(&self, now: u64, allow_offload: bool) -> Option<Candidate>;
+    /// Evicts the cell with `action`, returning whether it was evicted. Never blocks: a cell
+    /// in use elsewhere is skipped.
+    fn evict(&self, action: Action) -> bool;
+    fn depth(&self) -> u32;
+    fn add_dependent(&self);
+    fn remove_dependent(&self);
+    /// Called once when the program's last handle goes: frees the data unless needed.
+    fn on_dead(&self);
+}
+
+/// A cell of a known primitive type.
+pub(crate) trait CellOf<P>: CellDyn {
+    /// The data, restored first if needed.
+    fn get(&self) -> P;
+    /// The data and its storage record, restored first if needed.
+    fn get_with_storage(&self) -> (P, Arc<Storage>);
+    /// Hands the data to an op that consumes the program's last handle: moved out (so the
+    /// inner backend may reuse the buffer) unless an evicted dependent still needs it.
+    fn consume(&self) -> (P, Option<Arc<Storage>>);
+    fn shape(&self) -> Shape;
+    fn dtype(&self) -> DType;
+    fn dtype_ref(&self) -> &DType;
+}
+
+/// A managed tensor of kind `K` on backend `B`.
+pub(crate) struct Cell<B: Backend, K: Kind<B>> {
+    core: CellCore,
+    slot: Mutex<Slot<K::Prim>>,
+    device: B::Device,
+    shape: Shape,
+    dtype: DType,
+}
+
+impl<B: Backend, K: Kind<B>> Cell<B, K> {
+    /// A new resident cell for `tensor`, registered with the ledger's budget.
+    pub(crate) fn create(
+        tensor: K::Prim,
+        storage: Arc<Storage>,
+        recipe: Option<Recipe<K::Prim>>,
+        cost: f64,
+    ) -> Arc<Self> {
+        let ledger = storage.ledger;
+        let cell = Arc::new(Self {
+            core: CellCore {
+                ledger,
+                op: storage.op,
+                bytes: storage.bytes,
+                cost,
+                scope: ledger.budget.current_scope(),
+                last_use: AtomicU64::new(ledger.budget.tick()),
+                dependents: AtomicU32::new(0),
+                dead: AtomicBool::new(false),
+            },
+            device: K::device(&tensor),
+            shape: tensor.shape(),
+            dtype: tensor.dtype(),
+            slot: Mutex::new(Slot {
+                state: State::Resident(tensor, storage),
+                recipe,
+                depth: 0,
+            }),
+        });
+        ledger
+            .budget
+            .register(Arc::downgrade(&cell) as std::sync::Weak<dyn CellDyn>);
+        cell
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slot<K::Prim>> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Restores this cell and every evicted cell its recipe needs, deepest first.
+    fn ensure_resident(&self) {
+        if self.status() == Status::Resident {
+            return;
+        }
+        // Post-order walk with an explicit stack: inputs are restored before their users.
+        let mut order: Vec<Arc<dyn CellDyn>> = Vec::new();
+        let mut stack: Vec<(Arc<dyn CellDyn>, bool)> = self
+            .evicted_inputs()
+            .into_iter()
+            .map(|input| (input, false))
+            .collect();
+        let mut seen: Vec<*const CellCore> = Vec::new();
+        while let Some((cell, expanded)) = stack.pop() {
+            if expanded {
+                order.push(cell);
+                continue;
+            }
+            let key = cell.core() as *const CellCore;
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            let inputs = cell.evicted_inputs();
+            stack.push((cell, true));
+            stack.extend(inputs.into_iter().map(|input| (input, false)));
+        }
+        for cell in order {
+            if cell.status() != Status::Resident {
+                cell.restore_one();
+            }
+        }
+        self.restore_one();
+    }
+
+    fn can_recompute(slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
+        let recipe = slot.recipe.as_ref()?;
+        let mut depth = 0;
+        for input in &recipe.inputs {
+            match input.status() {
+                Status::Gone => return None,
+                Status::Evicted => depth = depth.max(input.depth()),
+                Status::Resident | Status::Offloaded => {}
+            }
+        }
+        (depth < max_depth).then_some(depth + 1)
+    }
+
+    /// Frees the data of a dead cell nobody evicted depends on; keeps its recipe if it can
+    /// still be replayed, so live cells computed from it stay recomputable.
+    fn settle(&self) {
+        if !self.core.is_dead() || self.core.dependents.load(Relaxed) > 0 {
+            return;
+        }
+        let mut slot = self.lock();
+        if self.core.dependents.load(Relaxed) > 0 {
+            return;
+        }
+        match slot.state.status() {
+            Status::Resident => {
+                let max_depth = self.core.ledger.budget.policy().max_depth;
+                match Self::can_recompute(&slot, max_depth) {
+                    Some(depth) => {
+                        slot.depth = depth;
+                        slot.state = State::Evicted;
+                        for input in &slot.recipe.as_ref().expect("checked").inputs {
+                            input.add_dependent();
+                        }
+                    }
+                    None => {
+                        slot.state = State::Gone;
+                        let recipe = slot.recipe.take();
+                        drop(slot);
+                        drop(recipe);
+                    }
+                }
+            }
+            Status::Offloaded => {
+                self.core.ledger.budget.host_release(self.core.bytes);
+                slot.state = State::Gone;
+                let recipe = slot.recipe.take();
+                drop(slot);
+                drop(recipe);
+            }
+            Status::Evicted | Status::Gone => {}
+        }
+    }
+}
+
+impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
+    fn core(&self) -> &CellCore {
+        &self.core
+    }
+
+    fn status(&self) -> Status {
+        self.lock().state.status()
+    }
+
+    fn evicted_inputs(&self) -> Vec<Arc<dyn CellDyn>> {
+        let slot = self.lock();
+        if slot.state.status() != Status::Evicted {
+            return Vec::new();
+        }
+        slot.recipe
+            .as_ref()
+            .map(|recipe| {
+                recipe
+                    .inputs
+                    .iter()
+                    .filter(|input| input.status() == Status::Evicted)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn restore_one(&self) {
+        let mut slot = self.lock();
+        let ledger = self.core.ledger;
+        match std::mem::replace(&mut slot.state, State::Gone) {
+            State::Resident(tensor, storage) => slot.state = State::Resident(tensor, storage),
+            State::Evicted => {
+                let recipe = slot.recipe.as_ref().expect("an evicted cell has a recipe");
+                let tensor = (recipe.run)();
+                let inputs = recipe.inputs.clone();
+                let storage = Arc::new(ledger.charge(&tensor, self.core.op));
+                ledger.budget.count_recompute(self.core.bytes);
+                slot.state = State::Resident(tensor, storage);
+                slot.depth = 0;
+                drop(slot);
+                for input in inputs {
+                    input.remove_dependent();
+                }
+            }
+            State::Offloaded(data) => {
+                let tensor = K::from_host(data, &self.device);
+                let storage = Arc::new(ledger.charge(&tensor, self.core.op));
+                ledger.budget.count_upload(self.core.bytes);
+                slot.state = State::Resident(tensor, storage);
+            }
+            State::Gone => panic!(
+                "frugal: internal error: a {} tensor ({} bytes) was read after it was freed",
+                self.core.op.name(),
+                self.core.bytes
+            ),
+        }
+    }
+
+    fn candidate(&self, now: u64, allow_offload: bool) -> Option<Candidate> {
+        let slot = self.slot.try_lock().ok()?;
+        let State::Resident(_, storage) = &slot.state else {
+            return None;
+        };
+        // Only a buffer no other tensor points into is freed by evicting this cell.
+        if Arc::strong_count(storage) != 1 || storage.bytes == 0 {
+            return None;
+        }
+        let max_depth = self.core.ledger.budget.policy().max_depth;
+        let recompute = Self::can_recompute(&slot, max_depth).map(|_| {
+            let recipe = slot.recipe.as_ref().expect("checked");
+            // DTR's evicted neighbourhood: restoring this cell also re-runs its evicted inputs.
+            self.core.cost
+                + recipe
+                    .inputs
+                    .iter()
+                    .filter(|input| input.status() == Status::Evicted)
+                    .map(|input| input.core().cost)
+                    .sum::<f64>()
+        });
+        Candidate::new(&self.core, now, recompute, allow_offload)
+    }
+
+    fn evict(&self, action: Action) -> bool {
+        let Ok(mut slot) = self.slot.try_lock() else {
+            return false;
+        };
+        let State::Resident(..) = &slot.state else {
+            return false;
+        };
+        match action {
+            Action::Recompute => {
+                let max_depth = self.core.ledger.budget.policy().max_depth;
+                let Some(depth) = Self::can_recompute(&slot, max_depth) else {
+                    return false;
+                };
+                slot.depth = depth;
+                slot.state = State::Evicted;
+                for input in &slot.recipe.as_ref().expect("checked").inputs {
+                    input.add_dependent();
+                }
+                self.core.ledger.budget.count_eviction(self.core.bytes);
+            }
+            Action::Offload => {
+                let State::Resident(tensor, storage) =
+                    std::mem::replace(&mut slot.state, State::Gone)
+                else {
+                    unreachable!()
+                };
+                drop(storage);
+                let data = K::to_host(tensor);
+                self.core.ledger.budget.count_offload(self.core.bytes);
+                slot.state = State::Offloaded(data);
+            }
+        }
+        true
+    }
+
+    fn depth(&self) -> u32 {
+        self.lock().depth
+    }
+
+    fn add_dependent(&self) {
+        self.core.dependents.fetch_add(1, Relaxed);
+    }
+
+    fn remove_dependent(&self) {
+        if self.core.dependents.fetch_sub(1, Relaxed) == 1 {
+            self.settle();
+        }
+    }
+
+    fn on_dead(&self) {
+        if !self.core.dead.swap(true, Relaxed) {
+            self.settle();
+        }
+    }
+}
+
+impl<B: Backend, K: Kind<B>> CellOf<K::Prim> for Cell<B, K> {
+    fn get(&self) -> K::Prim {
+        self.get_with_storage().0
+    }
+
+    fn get_with_storage(&self) -> (K::Prim, Arc<Storage>) {
+        self.core.touch();
+        loop {
+            {
+                let slot = self.lock();
+                if let State::Resident(tensor, storage) = &slot.state {
+                    return (tensor.clone(), storage.clone());
+                }
+            }
+            self.ensure_resident();
+        }
+    }
+
+    fn consume(&self) -> (K::Prim, Option<Arc<Storage>>) {
+        self.core.touch();
+        self.core.dead.store(true, Relaxed);
+        if self.core.dependents.load(Relaxed) > 0 {
+            let (tensor, _) = self.get_with_storage();
+            return (tensor, None);
+        }
+        self.ensure_resident();
+        let mut slot = self.lock();
+        let max_depth = self.core.ledger.budget.policy().max_depth;
+        let next = match Self::can_recompute(&slot, max_depth) {
+            Some(depth) => {
+                slot.depth = depth;
+                for input in &slot.recipe.as_ref().expect("checked").inputs {
+                    input.add_dependent();
+                }
+                State::Evicted
+            }
+            None => State::Gone,
+        };
+        let State::Resident(tensor, storage) = std::mem::replace(&mut slot.state, next) else {
+            unreachable!("restored above")
+        };
+        let recipe = if slot.state.status() == Status::Gone {
+            slot.recipe.take()
+        } else {
+            None
+        };
+        drop(slot);
+        drop(recipe);
+        (tensor, Some(storage))
+    }
+
+    fn shape(&self) -> Shape {
+        self.shape.clone()
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn dtype_ref(&self) -> &DType {
+        &self.dtype
+    }
+}
+
+impl<B: Backend, K: Kind<B>> Drop for Cell<B, K> {
+    fn drop(&mut self) {
+        let slot = self.slot.get_mut().unwrap_or_else(|e| e.into_inner());
+        match &slot.state {
+            State::Evicted => {
+                if let Some(recipe) = slot.recipe.take() {
+                    for input in &recipe.inputs {
+                        input.remove_dependent();
+                    }
+                }
+            }
+            State::Offloaded(_) => self.core.ledger.budget.host_release(self.core.bytes),
+            State::Resident(..) | State::Gone => {}
+        }
+    }
+}
+
+/// The program's reference to a managed tensor. Clones of a [`crate::FrugalTensor`] share one
+/// handle; when the last goes, the cell learns it is dead.
+pub(crate) struct Handle<P: 'static> {
+    pub(crate) cell: Arc<dyn CellOf<P>>,
+}
+
+impl<P> Drop for Handle<P> {
+    fn drop(&mut self) {
+        self.cell.on_dead();
+    }
+}
+
+/// An input as a recipe sees it.
+pub(crate) enum Source<P: 'static> {
+    /// A managed tensor: read through its cell, restored if evicted.
+    Cell(Arc<dyn CellOf<P>>),
+    /// An unmanaged tensor the recipe keeps (and the ledger keeps counting).
+    Kept(P, Arc<Storage>),
+    /// An input the op consumed and nobody else holds: the output cannot be recomputed.
+    Gone,
+}
+
+impl<P: Clone> Source<P> {
+    pub(crate) fn get(&self) -> P {
+        match self {
+            Source::Cell(cell) => cell.get(),
+            Source::Kept(tensor, _) => tensor.clone(),
+            Source::Gone => unreachable!("a recipe with a consumed input is never built"),
+        }
+    }
+
+    pub(crate) fn usable(&self) -> bool {
+        match self {
+            Source::Cell(cell) => cell.status() != Status::Gone,
+            Source::Kept(..) => true,
+            Source::Gone => false,
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            Source::Cell(cell) => cell.core().bytes,
+            Source::Kept(_, storage) => storage.bytes,
+            Source::Gone => 0,
+        }
+    }
+
+    pub(crate) fn push_cell(&self, inputs: &mut Vec<Arc<dyn CellDyn>>) {
+        if let Source::Cell(cell) = self {
+            inputs.push(cell.clone() as Arc<dyn CellDyn>);
+        }
+    }
+}
