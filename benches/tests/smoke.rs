@@ -1,37 +1,66 @@
 //! CPU smoke test of the peak-memory bench: it runs, prints one JSON line per configuration
-//! with sane figures, and Frugal's run matches plain Burn's loss for loss.
+//! with sane figures, and Frugal's runs (watching, under a third of its peak, with
+//! checkpointed blocks) match plain Burn's loss for loss, bit for bit.
 
 use std::process::Command;
 
-#[test]
-fn peak_memory_runs_on_the_cpu_with_sane_figures() {
+/// Runs the bench on a tiny model with `configs`; returns its stdout and JSON lines.
+fn bench(configs: &str) -> (String, Vec<serde_json::Value>) {
     let out = Command::new(env!("CARGO_BIN_EXE_peak-memory"))
         .args([
-            "--device", "cpu", "--layers", "2", "--d", "32", "--heads", "4", "--vocab", "128",
-            "--seq", "32", "--batch", "2", "--steps", "4", "--warmup", "1",
+            "--device",
+            "cpu",
+            "--layers",
+            "2",
+            "--d",
+            "32",
+            "--heads",
+            "4",
+            "--vocab",
+            "128",
+            "--seq",
+            "32",
+            "--batch",
+            "2",
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--configs",
+            configs,
         ])
         .output()
         .expect("bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<serde_json::Value> = stdout
+    let lines = stdout
         .lines()
         .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
-    let (plain, frugal) = (&lines[0], &lines[1]);
+    (stdout, lines)
+}
+
+#[test]
+fn peak_memory_runs_on_the_cpu_with_sane_figures() {
+    let (stdout, lines) = bench("plain,frugal,budget-1/3,frugal-scopes");
+    assert_eq!(lines.len(), 4, "{stdout}");
+    let (plain, frugal, budget, scopes) = (&lines[0], &lines[1], &lines[2], &lines[3]);
     assert_eq!(plain["config"], "plain");
     assert_eq!(frugal["config"], "frugal");
-    assert_eq!(
-        plain["losses"], frugal["losses"],
-        "Frugal changed the losses"
-    );
+    assert_eq!(budget["config"], "budget-1/3");
+    assert_eq!(scopes["config"], "frugal-scopes");
     for line in &lines {
+        assert!(line["error"].is_null(), "{line}");
+        assert_eq!(
+            plain["losses"], line["losses"],
+            "{} changed the losses",
+            line["config"]
+        );
         let tps = line["tokens_per_s"].as_f64().unwrap();
         assert!(tps.is_finite() && tps > 0.0, "tokens/s {tps}");
         assert_eq!(line["batch"], 2);
@@ -42,7 +71,53 @@ fn peak_memory_runs_on_the_cpu_with_sane_figures() {
     let peak = frugal["peak_allocated_bytes"].as_u64().unwrap();
     assert!(peak > 3 * 4 * params, "peak {peak} vs {params} parameters");
     assert!(plain["peak_allocated_bytes"].is_null());
+    assert!(plain["budget_bytes"].is_null() && plain["recomputes"].is_null());
+    assert_eq!(frugal["recomputes"], 0);
+    assert_eq!(frugal["checkpoint_blocks"], false);
     let points = frugal["ledger_vs_pool"].as_array().unwrap();
     assert_eq!(points.len(), 4);
-    assert!(stdout.contains("vs plain"));
+
+    // The budget is a third of frugal's peak, and holds at the phase boundaries.
+    let budget_bytes = budget["budget_bytes"].as_u64().unwrap();
+    assert_eq!(budget_bytes, peak / 3);
+    for point in budget["ledger_vs_pool"].as_array().unwrap() {
+        let live = point["ledger_live_bytes"].as_u64().unwrap();
+        assert!(
+            live <= budget_bytes,
+            "live {live} over the budget at {point}"
+        );
+    }
+    // Checkpointed blocks keep fewer activations.
+    assert_eq!(scopes["checkpoint_blocks"], true);
+    assert!(scopes["budget_bytes"].is_null());
+    let scopes_peak = scopes["peak_allocated_bytes"].as_u64().unwrap();
+    assert!(scopes_peak < peak, "scopes' peak {scopes_peak} vs {peak}");
+    for line in [budget, scopes] {
+        let recomputes = line["recomputes"].as_u64().unwrap();
+        assert!(
+            recomputes > 0,
+            "{}: {recomputes} recomputes",
+            line["config"]
+        );
+    }
+    assert!(stdout.contains("vs plain") && stdout.contains("recomp"));
+}
+
+#[test]
+fn a_third_budget_lowers_the_peak_below_the_unconstrained_one() {
+    // frugal is run first as the reference, though not asked for.
+    let (stdout, lines) = bench("budget-1/3");
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let (frugal, budget) = (&lines[0], &lines[1]);
+    assert_eq!(frugal["config"], "frugal");
+    assert_eq!(budget["config"], "budget-1/3");
+    let peak = frugal["peak_allocated_bytes"].as_u64().unwrap();
+    let budget_peak = budget["peak_allocated_bytes"].as_u64().unwrap();
+    assert!(
+        budget_peak < peak,
+        "the peak under a budget of {} is {budget_peak} bytes, above the unconstrained {peak} \
+         ({} recomputes): live bytes exceed the budget inside ops that restore evicted tensors",
+        budget["budget_bytes"],
+        budget["recomputes"]
+    );
 }

@@ -12,15 +12,24 @@
 //! - `step_ms_median`, `tokens_per_s`: over the steps after warm-up.
 //! - `ledger_vs_pool`: for Frugal, the ledger's live bytes beside the pool's `bytes_in_use` at
 //!   each phase boundary of the last step.
+//! - `budget_bytes`, `checkpoint_blocks`: the configuration's memory budget and scopes.
+//! - `evictions`, `recomputes`, `recomputed_bytes`, `offloads`, `offloaded_bytes`: what
+//!   Frugal's budget and scopes did over the measured steps (absent without Frugal).
+//!
+//! The budgets (`budget-1/3` etc.) are fractions of the `frugal` configuration's
+//! `peak_allocated_bytes` in the same invocation, which is run first (added if not asked for).
+//! A configuration that fails (e.g. a budget too small for one op) gives a line with `error`,
+//! the first line of its panic message, and a failed row in the table; the others still run.
 
 use std::process::Command;
 use std::time::Instant;
 
 use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::{Parser, ValueEnum};
-use frugal::Frugal;
 use frugal::memory;
+use frugal::{Frugal, RematStats};
 use frugal_benches::median;
 use gpt::GptConfig;
 use gpt::data::random_tokens;
@@ -41,13 +50,19 @@ struct Args {
     /// Where to run (`cuda` and `wgpu` need the matching build feature).
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceKind,
-    /// Comma-separated configurations: plain (Autodiff<B>), frugal (Autodiff<Frugal<B>>,
-    /// watching only).
+    /// Comma-separated configurations: plain (Autodiff<B>); frugal (Autodiff<Frugal<B>>,
+    /// watching only); frugal-scopes (frugal, each block in a checkpoint scope);
+    /// budget-1/2, budget-1/3, budget-1/4 (frugal under a budget of that fraction of frugal's
+    /// peak, which is run first as the reference); budget-1/3-scopes (both); burn-balanced
+    /// (Burn's own Autodiff<B, BalancedCheckpointing>).
     #[arg(long, default_value = "plain,frugal")]
     configs: String,
     /// Run only this configuration in this process (used for the child processes).
     #[arg(long, hide = true)]
     only: Option<String>,
+    /// The budget of a budget configuration in this process (used for the child processes).
+    #[arg(long, hide = true)]
+    budget_bytes: Option<u64>,
     #[arg(long, default_value_t = 12)]
     layers: usize,
     #[arg(long, default_value_t = 768)]
@@ -77,7 +92,29 @@ struct Args {
     chart: Option<std::path::PathBuf>,
 }
 
-const CONFIGS: [&str; 2] = ["plain", "frugal"];
+const CONFIGS: [&str; 8] = [
+    "plain",
+    "frugal",
+    "frugal-scopes",
+    "budget-1/2",
+    "budget-1/3",
+    "budget-1/4",
+    "budget-1/3-scopes",
+    "burn-balanced",
+];
+
+/// The fraction of the unconstrained peak that a budget configuration may use.
+fn budget_fraction(name: &str) -> Option<(u64, u64)> {
+    let fraction = name.strip_prefix("budget-")?;
+    let fraction = fraction.strip_suffix("-scopes").unwrap_or(fraction);
+    let (num, den) = fraction.split_once('/')?;
+    Some((num.parse().ok()?, den.parse().ok()?))
+}
+
+/// Whether a configuration runs each block in a checkpoint scope.
+fn scoped(name: &str) -> bool {
+    name.ends_with("-scopes")
+}
 
 #[derive(Serialize, Clone, Debug)]
 struct PhasePoint {
@@ -106,6 +143,117 @@ struct Line {
     tokens_per_s: f64,
     losses: Vec<f32>,
     ledger_vs_pool: Vec<PhasePoint>,
+    budget_bytes: Option<u64>,
+    checkpoint_blocks: bool,
+    evictions: Option<u64>,
+    recomputes: Option<u64>,
+    recomputed_bytes: Option<u64>,
+    offloads: Option<u64>,
+    offloaded_bytes: Option<u64>,
+}
+
+/// The line of a configuration that failed.
+#[derive(Serialize, Debug)]
+struct Failure<'a> {
+    system: &'static str,
+    device: DeviceKind,
+    config: &'a str,
+    budget_bytes: Option<u64>,
+    checkpoint_blocks: bool,
+    error: String,
+}
+
+/// The first line of a panic's payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Runs one configuration in this (child) process and prints its JSON line; a panic, on this
+/// thread or a backend's, is printed as a failure line and ends the process with status 1.
+fn child(only: &str, args: &Args) {
+    use std::sync::{Arc, Mutex};
+    let first_panic = Arc::new(Mutex::new(None::<String>));
+    let sink = first_panic.clone();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        sink.lock()
+            .unwrap()
+            .get_or_insert_with(|| panic_text(info.payload()));
+        default_hook(info);
+    }));
+    let outcome = std::panic::catch_unwind(|| match args.device {
+        DeviceKind::Cpu => Ok(run_named::<burn::backend::NdArray>(only, args)),
+        #[cfg(feature = "wgpu")]
+        DeviceKind::Wgpu => Ok(run_named::<burn::backend::Wgpu>(only, args)),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => Ok(run_named::<burn::backend::Cuda>(only, args)),
+        #[allow(unreachable_patterns)]
+        other => Err(format!(
+            "--device {other:?} needs a build with that feature"
+        )),
+    });
+    let error = match outcome {
+        Ok(Ok(line)) => {
+            println!("{}", serde_json::to_string(&line).unwrap());
+            return;
+        }
+        Ok(Err(message)) => message,
+        Err(payload) => first_panic
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| panic_text(payload.as_ref())),
+    };
+    let failure = Failure {
+        system: "burn",
+        device: args.device,
+        config: only,
+        budget_bytes: args.budget_bytes,
+        checkpoint_blocks: scoped(only),
+        error,
+    };
+    println!("{}", serde_json::to_string(&failure).unwrap());
+    std::process::exit(1);
+}
+
+/// The failure line for a child that printed none (killed, aborted): the first line of its
+/// panic message from stderr, else its exit status.
+fn failure_from_stderr(
+    args: &Args,
+    name: &str,
+    budget: Option<u64>,
+    status: std::process::ExitStatus,
+    stderr: &str,
+) -> serde_json::Value {
+    let mut lines = stderr.lines();
+    let panic = lines
+        .by_ref()
+        .find(|l| l.starts_with("thread '") && l.contains("panicked at"))
+        .map(|l| {
+            // `thread 'main' panicked at src/x.rs:1:2:` then the message on the next line
+            // (older toolchains: `... panicked at 'message', src/x.rs:1:2`).
+            match l.split_once("panicked at '") {
+                Some((_, rest)) => rest.rsplit_once("', ").map_or(rest, |(m, _)| m).to_string(),
+                None => lines.next().unwrap_or_default().to_string(),
+            }
+        });
+    let failure = Failure {
+        system: "burn",
+        device: args.device,
+        config: name,
+        budget_bytes: budget,
+        checkpoint_blocks: scoped(name),
+        error: panic.unwrap_or_else(|| format!("the child process ended with {status}")),
+    };
+    serde_json::to_value(&failure).unwrap()
 }
 
 fn main() {
@@ -132,25 +280,48 @@ fn main() {
         }
     }
     if let Some(only) = &args.only {
-        let line = match args.device {
-            DeviceKind::Cpu => run_named::<burn::backend::NdArray>(only, &args),
-            #[cfg(feature = "wgpu")]
-            DeviceKind::Wgpu => run_named::<burn::backend::Wgpu>(only, &args),
-            #[cfg(feature = "cuda")]
-            DeviceKind::Cuda => run_named::<burn::backend::Cuda>(only, &args),
-            #[allow(unreachable_patterns)]
-            other => {
-                eprintln!("error: --device {other:?} needs a build with that feature");
-                std::process::exit(2);
-            }
-        };
-        println!("{}", serde_json::to_string(&line).unwrap());
+        child(only, &args);
         return;
     }
+    let built = match args.device {
+        DeviceKind::Cpu => true,
+        DeviceKind::Wgpu => cfg!(feature = "wgpu"),
+        DeviceKind::Cuda => cfg!(feature = "cuda"),
+    };
+    if !built {
+        eprintln!(
+            "error: --device {0} needs a build with `--features {0}`",
+            format!("{:?}", args.device).to_lowercase()
+        );
+        std::process::exit(2);
+    }
+    if args.budget_bytes.is_some() {
+        eprintln!(
+            "error: --budget-bytes is set by the bench for its child processes; \
+             the budgets are fractions of the frugal configuration's peak (see --configs)"
+        );
+        std::process::exit(2);
+    }
 
-    // Parent: one child process per configuration and repeat.
+    // Parent: one child process per configuration and repeat. The budgets need frugal's peak
+    // first: run frugal before the first budget configuration, adding it if not asked for.
+    let mut names = names;
+    if let Some(first_budget) = names.iter().position(|n| budget_fraction(n).is_some()) {
+        match names.iter().position(|n| n == "frugal") {
+            Some(at) if at < first_budget => {}
+            Some(at) => {
+                let frugal = names.remove(at);
+                names.insert(first_budget, frugal);
+            }
+            None => {
+                eprintln!("note: running frugal too, as the reference peak for the budgets");
+                names.insert(first_budget, "frugal".to_string());
+            }
+        }
+    }
     let exe = std::env::current_exe().expect("own path");
     let mut lines: Vec<serde_json::Value> = Vec::new();
+    let mut reference_peak: Option<u64> = None;
     for repeat in 0..args.repeats {
         let order: Vec<&String> = if repeat % 2 == 0 {
             names.iter().collect()
@@ -158,21 +329,47 @@ fn main() {
             names.iter().rev().collect()
         };
         for name in order {
-            let mut cmd = Command::new(&exe);
-            cmd.args(std::env::args().skip(1)).args(["--only", name]);
-            let out = cmd.output().expect("child runs");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            if !out.status.success() {
-                eprintln!(
-                    "configuration {name} failed ({}):\n{}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                std::process::exit(1);
+            let budget = budget_fraction(name).map(|(num, den)| {
+                reference_peak.map(|peak| (peak as u128 * num as u128 / den as u128) as u64)
+            });
+            let line = match budget {
+                Some(None) => serde_json::to_value(Failure {
+                    system: "burn",
+                    device: args.device,
+                    config: name,
+                    budget_bytes: None,
+                    checkpoint_blocks: scoped(name),
+                    error: "no reference peak: the frugal configuration failed".into(),
+                })
+                .unwrap(),
+                _ => {
+                    let budget = budget.flatten();
+                    let mut cmd = Command::new(&exe);
+                    cmd.args(std::env::args().skip(1)).args(["--only", name]);
+                    if let Some(bytes) = budget {
+                        cmd.args(["--budget-bytes", &bytes.to_string()]);
+                    }
+                    let out = cmd.output().expect("child runs");
+                    let stdout = String::from_utf8_lossy(&out.stdout);
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    let parsed = stdout
+                        .lines()
+                        .rev()
+                        .find(|l| l.starts_with('{'))
+                        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+                    match parsed {
+                        Some(line) => line,
+                        None => failure_from_stderr(&args, name, budget, out.status, &stderr),
+                    }
+                }
+            };
+            if let Some(error) = line["error"].as_str() {
+                eprintln!("configuration {name} failed: {error}");
+            } else if name == "frugal" && reference_peak.is_none() {
+                reference_peak = line["peak_allocated_bytes"].as_u64();
             }
-            let line = stdout.lines().last().unwrap_or_default().to_string();
-            println!("{line}");
-            lines.push(serde_json::from_str(&line).expect("child prints JSON"));
+            println!("{}", serde_json::to_string(&line).unwrap());
+            lines.push(line);
         }
     }
     if let Some(path) = &args.torch {
@@ -191,7 +388,7 @@ fn main() {
         let mut seen = std::collections::BTreeSet::new();
         let bars: Vec<frugal_benches::chart::Bars> = lines
             .iter()
-            .filter(|l| seen.insert(label(l)))
+            .filter(|l| l["error"].is_null() && seen.insert(label(l)))
             .map(|l| frugal_benches::chart::Bars {
                 label: label(l),
                 allocated: l["peak_allocated_bytes"].as_u64(),
@@ -214,6 +411,12 @@ fn main() {
             }
         }
     }
+    // Every configuration has run and is in the table; the status still says if any failed.
+    let failed = lines.iter().filter(|l| !l["error"].is_null()).count();
+    if failed > 0 {
+        eprintln!("{failed} of {} runs failed", lines.len());
+        std::process::exit(1);
+    }
 }
 
 fn label(line: &serde_json::Value) -> String {
@@ -225,16 +428,41 @@ fn label(line: &serde_json::Value) -> String {
 }
 
 fn run_named<B: Backend>(name: &str, args: &Args) -> Line {
+    let budget = budget_fraction(name).map(|_| {
+        args.budget_bytes
+            .expect("the parent passes --budget-bytes to budget configurations")
+    });
     match name {
-        "plain" => run::<Autodiff<B>>(name, args, false),
-        "frugal" => run::<Autodiff<Frugal<B>>>(name, args, true),
-        _ => unreachable!("checked in main"),
+        "plain" => run::<Autodiff<B>>(name, args, false, None),
+        "burn-balanced" => run::<Autodiff<B, BalancedCheckpointing>>(name, args, false, None),
+        _ => run::<Autodiff<Frugal<B>>>(name, args, true, budget),
     }
 }
 
-fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool) -> Line {
+/// Counters of `now` since `start`.
+fn remat_delta(start: RematStats, now: RematStats) -> RematStats {
+    RematStats {
+        evictions: now.evictions - start.evictions,
+        evicted_bytes: now.evicted_bytes - start.evicted_bytes,
+        recomputes: now.recomputes - start.recomputes,
+        recomputed_bytes: now.recomputed_bytes - start.recomputed_bytes,
+        offloads: now.offloads - start.offloads,
+        offloaded_bytes: now.offloaded_bytes - start.offloaded_bytes,
+        uploads: now.uploads - start.uploads,
+        uploaded_bytes: now.uploaded_bytes - start.uploaded_bytes,
+        ..now
+    }
+}
+
+/// Runs `name` on `A`; `ledger` when `A` is Frugal's, under `budget` if given.
+fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option<u64>) -> Line {
     let device = A::Device::default();
     let config = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
+    let checkpoint_blocks = scoped(name);
+    if budget.is_some() {
+        // Before the model exists, so that its parameters are managed too.
+        memory::set_budget(&device, budget);
+    }
     A::seed(&device, 0);
     let mut model = config.init::<A>(&device);
     let mut optim = train::optimizer::<A>();
@@ -242,15 +470,17 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool) -> Line {
     let mut losses = Vec::new();
     let mut peak_reserved: Option<u64> = None;
     let mut points = Vec::new();
+    let mut remat_start = RematStats::default();
     for step in 0..args.steps {
         let data = random_tokens(0, step as u64, args.batch, args.seq, args.vocab);
         if step == args.warmup {
             memory::reset_peak(&device);
+            remat_start = memory::remat_stats(&device);
         }
         A::sync(&device).expect("sync");
         let timed = step >= args.warmup;
         let started = Instant::now();
-        let (next, loss) = train::step(model, &mut optim, data, 1e-4, &device, |phase: Phase| {
+        let on_phase = |phase: Phase| {
             // Only the last step is probed: a sync at each phase would slow the others.
             if step + 1 == args.steps {
                 A::sync(&device).expect("sync");
@@ -266,7 +496,16 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool) -> Line {
                     pool_reserved_bytes: pool.map(|p| p.bytes_reserved),
                 });
             }
-        });
+        };
+        let (next, loss) = train::step_with(
+            model,
+            &mut optim,
+            data,
+            1e-4,
+            &device,
+            checkpoint_blocks,
+            on_phase,
+        );
         A::sync(&device).expect("sync");
         let elapsed = started.elapsed().as_secs_f64() * 1e3;
         model = next;
@@ -279,6 +518,7 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool) -> Line {
         }
     }
     let step_ms = median(&mut times);
+    let remat = ledger.then(|| remat_delta(remat_start, memory::remat_stats(&device)));
     Line {
         system: "burn",
         device: A::name(&device),
@@ -296,6 +536,13 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool) -> Line {
         tokens_per_s: (args.batch * args.seq) as f64 / (step_ms / 1e3),
         losses,
         ledger_vs_pool: points,
+        budget_bytes: budget,
+        checkpoint_blocks,
+        evictions: remat.map(|r| r.evictions),
+        recomputes: remat.map(|r| r.recomputes),
+        recomputed_bytes: remat.map(|r| r.recomputed_bytes),
+        offloads: remat.map(|r| r.offloads),
+        offloaded_bytes: remat.map(|r| r.offloaded_bytes),
     }
 }
 
@@ -314,25 +561,46 @@ fn print_table(lines: &[serde_json::Value]) {
     let base = (!plain.is_empty()).then(|| plain.iter().sum::<f64>() / plain.len() as f64);
     println!();
     println!(
-        "{:<22} {:>16} {:>16} {:>12} {:>12} {:>10}",
-        "system config", "peak alloc GiB", "peak resv GiB", "step ms", "tokens/s", "vs plain"
+        "{:<24} {:>10} {:>14} {:>14} {:>10} {:>10} {:>8} {:>8}",
+        "system config",
+        "budget GiB",
+        "peak alloc GiB",
+        "peak resv GiB",
+        "step ms",
+        "tokens/s",
+        "vs plain",
+        "recomp"
     );
     for l in lines {
+        if let Some(error) = l["error"].as_str() {
+            let error: String = error.chars().take(100).collect();
+            println!(
+                "{:<24} {:>10} FAILED: {error}",
+                label(l),
+                gib(&l["budget_bytes"])
+            );
+            continue;
+        }
         let tps = l["tokens_per_s"].as_f64().unwrap_or(f64::NAN);
         println!(
-            "{:<22} {:>16} {:>16} {:>12.1} {:>12.0} {:>10}",
+            "{:<24} {:>10} {:>14} {:>14} {:>10.1} {:>10.0} {:>8} {:>8}",
             label(l),
+            gib(&l["budget_bytes"]),
             gib(&l["peak_allocated_bytes"]),
             gib(&l["peak_reserved_bytes"]),
             l["step_ms_median"].as_f64().unwrap_or(f64::NAN),
             tps,
             base.map(|b| format!("{:.3}", tps / b))
+                .unwrap_or_else(|| "-".into()),
+            l["recomputes"]
+                .as_u64()
+                .map(|r| r.to_string())
                 .unwrap_or_else(|| "-".into())
         );
     }
     for l in lines
         .iter()
-        .filter(|l| l["system"] == "burn" && l["config"] == "frugal")
+        .filter(|l| l["system"] == "burn" && l["config"] == "frugal" && l["error"].is_null())
     {
         println!("\nledger vs pool ({}), last step:", l["config"]);
         println!(

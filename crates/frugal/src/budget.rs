@@ -152,6 +152,26 @@ impl Budget {
         registry.push(cell);
     }
 
+    /// About 2·sqrt(n) + 64 registered cells chosen at random (all of them when few).
+    fn sample(&self, seed: u64) -> Vec<Arc<dyn CellDyn>> {
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let n = registry.len();
+        let k = 2 * (n as f64).sqrt() as usize + 64;
+        if n <= k {
+            return registry.iter().filter_map(Weak::upgrade).collect();
+        }
+        let mut state = seed | 1;
+        (0..k)
+            .filter_map(|_| {
+                // xorshift64: cheap, and good enough to spread the sample.
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                registry[(state % n as u64) as usize].upgrade()
+            })
+            .collect()
+    }
+
     fn cells(&self) -> Vec<Arc<dyn CellDyn>> {
         let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         registry.retain(|cell| cell.strong_count() > 0);
@@ -236,26 +256,7 @@ impl Budget {
         if ledger.live_bytes() <= limit {
             return;
         }
-        let now = self.clock.load(Relaxed);
-        let allow_offload = self.policy().mode != EvictionMode::RecomputeOnly;
-        let mut candidates: Vec<_> = self
-            .cells()
-            .into_iter()
-            .filter_map(|cell| {
-                let candidate = cell.candidate(now, allow_offload)?;
-                Some((candidate, cell))
-            })
-            .collect();
-        candidates.sort_by(|a, b| a.0.score.total_cmp(&b.0.score));
-        // Evict a little below the limit, so the next few ops do not each scan again.
-        let target = limit - limit / 32;
-        for (candidate, cell) in &candidates {
-            if ledger.live_bytes() <= target {
-                break;
-            }
-            cell.evict(candidate.action);
-        }
-        drop(candidates);
+        self.evict_down(ledger, limit);
         let live = ledger.live_bytes();
         if live > limit {
             let holders = ledger
@@ -270,14 +271,55 @@ impl Budget {
             });
             panic!(
                 "frugal: the memory budget of {} on {} cannot be kept after {after}: {} are live \
-                 and nothing more can be evicted (the op's inputs, output and the tensors it restored take {}). \
-                 Biggest holders: {holders}. Raise the budget (accepted: at least the largest \
-                 op's inputs and output plus what cannot be recomputed or offloaded).",
+                 and nothing more can be evicted (the op's inputs, output and the tensors it \
+                 restored take {}). Biggest holders: {holders}. Raise the budget (accepted: at \
+                 least the largest op's inputs and output plus what cannot be recomputed or \
+                 offloaded).",
                 format_bytes(limit),
                 ledger.label,
                 format_bytes(live),
                 format_bytes(needed),
             );
+        }
+    }
+
+    /// Evicts what it can towards the limit without failing: used between the restores of a
+    /// chain, where the op that asked for them has not finished.
+    pub(crate) fn relieve(&self, ledger: &Ledger) {
+        if let Some(limit) = self.limit()
+            && ledger.live_bytes() > limit
+        {
+            self.evict_down(ledger, limit);
+        }
+    }
+
+    fn evict_down(&self, ledger: &Ledger, limit: u64) {
+        let now = self.clock.load(Relaxed);
+        let allow_offload = self.policy().mode != EvictionMode::RecomputeOnly;
+        // Evict a little below the limit, so the next few ops do not each search again.
+        let target = limit - limit / 32;
+        let mut round = 0u64;
+        let mut failures = 0;
+        while ledger.live_bytes() > target && failures < 8 {
+            round += 1;
+            // As DTR does, score a random sample of about 2·sqrt(n) tensors per eviction
+            // rather than all n; when the sample has nothing to evict, look at all of them.
+            let best = |cells: Vec<Arc<dyn CellDyn>>| {
+                cells
+                    .into_iter()
+                    .filter_map(|cell| Some((cell.candidate(now, allow_offload)?, cell)))
+                    .min_by(|a, b| a.0.score.total_cmp(&b.0.score))
+            };
+            let chosen = best(self.sample(now ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+                .or_else(|| best(self.cells()));
+            match chosen {
+                // Another thread may be using the cell; try others a few times.
+                Some((candidate, cell)) => match cell.evict(candidate.action) {
+                    true => failures = 0,
+                    false => failures += 1,
+                },
+                None => break,
+            }
         }
     }
 }
@@ -294,7 +336,7 @@ impl std::fmt::Display for ParseBytesError {
             f,
             "invalid byte size {:?}: expected a positive number with an optional unit \
              B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), \
-             e.g. 2GiB or 1.5GB, between 1 B and 16 EiB",
+             e.g. 2GiB or 1.5GB, between 1 B and 2^64 - 1 B",
             self.input
         )
     }

@@ -88,7 +88,7 @@ impl Candidate {
         can_offload: bool,
     ) -> Option<Self> {
         let policy = core.ledger.budget.policy();
-        let offload = can_offload.then(|| core.bytes as f64 * policy.host_cost_per_byte);
+        let offload = can_offload.then_some(core.bytes as f64 * policy.host_cost_per_byte);
         let (cost, action) = match (policy.mode, recompute, offload) {
             (EvictionMode::RecomputeOnly, Some(r), _) => (r, Action::Recompute),
             (EvictionMode::OffloadOnly, _, Some(o)) => (o, Action::Offload),

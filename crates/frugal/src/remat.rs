@@ -70,6 +70,16 @@ kinds! {
 pub(crate) struct Recipe<P> {
     pub(crate) run: Box<dyn Fn() -> P + Send + Sync>,
     pub(crate) inputs: Vec<Arc<dyn CellDyn>>,
+    /// For a view op: the storage its result shares, so a restored view is not charged again.
+    pub(crate) view_of: Option<ViewOf>,
+}
+
+/// Where a view's buffer comes from.
+pub(crate) enum ViewOf {
+    /// A managed tensor: its storage record as of the restore.
+    Cell(Arc<dyn CellDyn>),
+    /// An unmanaged tensor the recipe keeps.
+    Kept(Arc<Storage>),
 }
 
 /// Where a cell's data is.
@@ -120,6 +130,8 @@ pub(crate) struct CellCore {
     dependents: AtomicU32,
     /// The program holds no handle to it any more.
     dead: AtomicBool,
+    /// Restores in progress that need it resident: never evicted while non-zero.
+    pins: AtomicU32,
 }
 
 impl CellCore {
@@ -140,8 +152,12 @@ impl CellCore {
 pub(crate) trait CellDyn: Send + Sync {
     fn core(&self) -> &CellCore;
     fn status(&self) -> Status;
-    /// Recipe inputs that are evicted and must be restored before this cell can be.
-    fn evicted_inputs(&self) -> Vec<Arc<dyn CellDyn>>;
+    /// The status, or `None` if the cell is in use (locked) right now.
+    fn try_status(&self) -> Option<Status>;
+    /// The storage record of a resident cell.
+    fn resident_storage(&self) -> Option<Arc<Storage>>;
+    /// Recipe inputs that must be restored before this cell can be: evicted or offloaded.
+    fn missing_inputs(&self) -> Vec<Arc<dyn CellDyn>>;
     /// Brings this one cell back, assuming its inputs can be read without recomputation.
     fn restore_one(&self);
     /// How this cell could be evicted now, and at what cost; `None` if it cannot be.
@@ -168,6 +184,8 @@ pub(crate) trait CellOf<P>: CellDyn {
     fn shape(&self) -> Shape;
     fn dtype(&self) -> DType;
     fn dtype_ref(&self) -> &DType;
+    /// The device, without restoring the data.
+    fn device_any(&self) -> &dyn std::any::Any;
 }
 
 /// A managed tensor of kind `K` on backend `B`.
@@ -198,6 +216,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 last_use: AtomicU64::new(ledger.budget.tick()),
                 dependents: AtomicU32::new(0),
                 dead: AtomicBool::new(false),
+                pins: AtomicU32::new(0),
             },
             device: K::device(&tensor),
             shape: tensor.shape(),
@@ -218,7 +237,9 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Restores this cell and every evicted cell its recipe needs, deepest first.
+    /// Restores this cell and every evicted or offloaded cell its recipe needs, deepest first.
+    /// The cells of the chain are pinned while it runs; between restores the budget evicts
+    /// other tensors, so a long chain does not pile up above the budget.
     fn ensure_resident(&self) {
         if self.status() == Status::Resident {
             return;
@@ -226,7 +247,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         // Post-order walk with an explicit stack: inputs are restored before their users.
         let mut order: Vec<Arc<dyn CellDyn>> = Vec::new();
         let mut stack: Vec<(Arc<dyn CellDyn>, bool)> = self
-            .evicted_inputs()
+            .missing_inputs()
             .into_iter()
             .map(|input| (input, false))
             .collect();
@@ -241,29 +262,60 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 continue;
             }
             seen.push(key);
-            let inputs = cell.evicted_inputs();
+            let inputs = cell.missing_inputs();
             stack.push((cell, true));
             stack.extend(inputs.into_iter().map(|input| (input, false)));
         }
-        for cell in order {
+        struct Pins<'a>(Vec<&'a CellCore>);
+        impl Drop for Pins<'_> {
+            fn drop(&mut self) {
+                for core in &self.0 {
+                    core.pins.fetch_sub(1, Relaxed);
+                }
+            }
+        }
+        let mut pins = Pins(Vec::with_capacity(order.len() + 1));
+        for core in order.iter().map(|c| c.core()).chain([&self.core]) {
+            core.pins.fetch_add(1, Relaxed);
+            pins.0.push(core);
+        }
+        let budget = &self.core.ledger.budget;
+        for cell in &order {
             if cell.status() != Status::Resident {
                 cell.restore_one();
+                budget.relieve(self.core.ledger);
             }
         }
         self.restore_one();
+        drop(pins);
     }
 
     fn can_recompute(slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
         let recipe = slot.recipe.as_ref()?;
         let mut depth = 0;
         for input in &recipe.inputs {
-            match input.status() {
+            // An input in use right now (its lock is held, possibly further up this thread's
+            // stack) is not waited for: the cell is simply not evictable this time.
+            match input.try_status()? {
                 Status::Gone => return None,
                 Status::Evicted => depth = depth.max(input.depth()),
                 Status::Resident | Status::Offloaded => {}
             }
         }
         (depth < max_depth).then_some(depth + 1)
+    }
+
+    /// Whether a cell the program no longer holds keeps its recipe (so that live tensors
+    /// computed from it stay recomputable): only if all its inputs are still held. This
+    /// bounds chains of dropped tensors to one link, so old chains do not hold memory.
+    fn keeps_recipe_when_dead(slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
+        let depth = Self::can_recompute(slot, max_depth)?;
+        let recipe = slot.recipe.as_ref()?;
+        recipe
+            .inputs
+            .iter()
+            .all(|input| !input.core().is_dead())
+            .then_some(depth)
     }
 
     /// Frees the data of a dead cell nobody evicted depends on; keeps its recipe if it can
@@ -279,7 +331,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         match slot.state.status() {
             Status::Resident => {
                 let max_depth = self.core.ledger.budget.policy().max_depth;
-                match Self::can_recompute(&slot, max_depth) {
+                match Self::keeps_recipe_when_dead(&slot, max_depth) {
                     Some(depth) => {
                         slot.depth = depth;
                         slot.state = State::Evicted;
@@ -316,7 +368,18 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         self.lock().state.status()
     }
 
-    fn evicted_inputs(&self) -> Vec<Arc<dyn CellDyn>> {
+    fn try_status(&self) -> Option<Status> {
+        Some(self.slot.try_lock().ok()?.state.status())
+    }
+
+    fn resident_storage(&self) -> Option<Arc<Storage>> {
+        match &self.lock().state {
+            State::Resident(_, storage) => Some(storage.clone()),
+            _ => None,
+        }
+    }
+
+    fn missing_inputs(&self) -> Vec<Arc<dyn CellDyn>> {
         let slot = self.lock();
         if slot.state.status() != Status::Evicted {
             return Vec::new();
@@ -327,7 +390,7 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 recipe
                     .inputs
                     .iter()
-                    .filter(|input| input.status() == Status::Evicted)
+                    .filter(|input| matches!(input.status(), Status::Evicted | Status::Offloaded))
                     .cloned()
                     .collect()
             })
@@ -343,8 +406,18 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 let recipe = slot.recipe.as_ref().expect("an evicted cell has a recipe");
                 let tensor = (recipe.run)();
                 let inputs = recipe.inputs.clone();
-                let storage = Arc::new(ledger.charge(&tensor, self.core.op));
-                ledger.budget.count_recompute(self.core.bytes);
+                let shared = match &recipe.view_of {
+                    Some(ViewOf::Cell(source)) => source.resident_storage(),
+                    Some(ViewOf::Kept(storage)) => Some(storage.clone()),
+                    None => None,
+                };
+                let storage = match shared {
+                    Some(storage) => storage,
+                    None => {
+                        ledger.budget.count_recompute(self.core.bytes);
+                        Arc::new(ledger.charge(&tensor, self.core.op))
+                    }
+                };
                 slot.state = State::Resident(tensor, storage);
                 slot.depth = 0;
                 drop(slot);
@@ -367,6 +440,9 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
     }
 
     fn candidate(&self, now: u64, allow_offload: bool) -> Option<Candidate> {
+        if self.core.pins.load(Relaxed) > 0 {
+            return None;
+        }
         let slot = self.slot.try_lock().ok()?;
         let State::Resident(_, storage) = &slot.state else {
             return None;
@@ -383,7 +459,7 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 + recipe
                     .inputs
                     .iter()
-                    .filter(|input| input.status() == Status::Evicted)
+                    .filter(|input| input.try_status() == Some(Status::Evicted))
                     .map(|input| input.core().cost)
                     .sum::<f64>()
         });
@@ -391,6 +467,9 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
     }
 
     fn evict(&self, action: Action) -> bool {
+        if self.core.pins.load(Relaxed) > 0 {
+            return false;
+        }
         let Ok(mut slot) = self.slot.try_lock() else {
             return false;
         };
@@ -474,7 +553,7 @@ impl<B: Backend, K: Kind<B>> CellOf<K::Prim> for Cell<B, K> {
         self.ensure_resident();
         let mut slot = self.lock();
         let max_depth = self.core.ledger.budget.policy().max_depth;
-        let next = match Self::can_recompute(&slot, max_depth) {
+        let next = match Self::keeps_recipe_when_dead(&slot, max_depth) {
             Some(depth) => {
                 slot.depth = depth;
                 for input in &slot.recipe.as_ref().expect("checked").inputs {
@@ -507,6 +586,10 @@ impl<B: Backend, K: Kind<B>> CellOf<K::Prim> for Cell<B, K> {
 
     fn dtype_ref(&self) -> &DType {
         &self.dtype
+    }
+
+    fn device_any(&self) -> &dyn std::any::Any {
+        &self.device
     }
 }
 
@@ -571,6 +654,14 @@ impl<P: Clone> Source<P> {
             Source::Cell(cell) => cell.core().bytes,
             Source::Kept(_, storage) => storage.bytes,
             Source::Gone => 0,
+        }
+    }
+
+    pub(crate) fn view_of(&self) -> Option<ViewOf> {
+        match self {
+            Source::Cell(cell) => Some(ViewOf::Cell(cell.clone() as Arc<dyn CellDyn>)),
+            Source::Kept(_, storage) => Some(ViewOf::Kept(storage.clone())),
+            Source::Gone => None,
         }
     }
 

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::budget::RematStats;
 use crate::ledger::Ledger;
 use crate::pool::PoolUsage;
 
@@ -74,6 +75,10 @@ pub struct MemoryReport {
     pub holders: Vec<Holder>,
     /// The device pool's own figures, where the device is a CubeCL one.
     pub pool: Option<PoolUsage>,
+    /// The memory budget, if one is set ([`crate::memory::set_budget`]).
+    pub budget: Option<u64>,
+    /// What the budget and checkpoint scopes evicted, recomputed, offloaded and restored.
+    pub remat: RematStats,
 }
 
 impl MemoryReport {
@@ -96,6 +101,8 @@ impl MemoryReport {
                 })
                 .collect(),
             pool,
+            budget: ledger.budget.limit(),
+            remat: ledger.budget.stats(),
         }
     }
 }
@@ -146,6 +153,42 @@ impl fmt::Display for MemoryReport {
             "| {:<26}|{:>15} |{:>15} |{:>13} |",
             "Live buffers", self.live_tensors, self.peak_tensors, self.total_allocs
         )?;
+        let remat = &self.remat;
+        if self.budget.is_some() || *remat != RematStats::default() {
+            rule(f, '-')?;
+            let budget = self.budget.map_or("none".to_string(), format_bytes);
+            writeln!(f, "| {:<26}|{budget:>15} |{:>32}|", "Budget", "")?;
+            writeln!(
+                f,
+                "| {:<26}|{:>15} |{:>15} |{:>13} |",
+                "Rematerialisation", "Count", "Bytes", ""
+            )?;
+            for (label, count, bytes) in [
+                (
+                    "  evicted to recompute",
+                    remat.evictions,
+                    remat.evicted_bytes,
+                ),
+                ("  recomputed", remat.recomputes, remat.recomputed_bytes),
+                ("  offloaded to host", remat.offloads, remat.offloaded_bytes),
+                ("  uploaded from host", remat.uploads, remat.uploaded_bytes),
+            ] {
+                writeln!(
+                    f,
+                    "| {label:<26}|{count:>15} |{:>15} |{:>13} |",
+                    format_bytes(bytes),
+                    ""
+                )?;
+            }
+            writeln!(
+                f,
+                "| {:<26}|{:>15} |{:>15} |{:>13} |",
+                "  host memory",
+                format_bytes(remat.host_bytes),
+                format_bytes(remat.peak_host_bytes),
+                ""
+            )?;
+        }
         if let Some(pool) = &self.pool {
             rule(f, '-')?;
             writeln!(f, "| {:<WIDTH$}|", "Device pool (CubeCL), current")?;

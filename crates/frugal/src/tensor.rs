@@ -113,6 +113,17 @@ impl<P: Clone + 'static> FrugalTensor<P> {
         }
     }
 
+    /// The device of a managed tensor, read from its cell (`None` for a plain tensor).
+    pub(crate) fn managed_device<D: Clone + 'static>(&self) -> Option<D> {
+        match &self.repr {
+            Repr::Plain { .. } => None,
+            Repr::Managed(handle) => {
+                crate::scope::note_read(Arc::as_ptr(&handle.cell) as *const () as usize);
+                handle.cell.device_any().downcast_ref::<D>().cloned()
+            }
+        }
+    }
+
     /// Bytes of the storage this tensor points into (shared with its views).
     pub fn storage_bytes(&self) -> u64 {
         match &self.repr {

@@ -9,8 +9,8 @@ use burn::optim::Optimizer;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::Backend;
 use clap::{Parser, ValueEnum};
-use frugal::Frugal;
 use frugal::memory::{self, format_bytes};
+use frugal::{EvictionMode, Frugal, Policy, RematStats};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +27,49 @@ pub enum DeviceKind {
     Wgpu,
     /// CUDA; build with `--features cuda`.
     Cuda,
+}
+
+/// How a memory budget frees device memory (see [`frugal::EvictionMode`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Evict {
+    /// Recompute or copy to host memory, whichever is estimated cheaper.
+    #[default]
+    Auto,
+    /// Only recompute evicted tensors (those that cannot be recomputed stay).
+    Recompute,
+    /// Only copy evicted tensors to host memory and back.
+    Offload,
+}
+
+impl Evict {
+    /// The Frugal eviction mode.
+    pub fn mode(self) -> EvictionMode {
+        match self {
+            Evict::Auto => EvictionMode::Auto,
+            Evict::Recompute => EvictionMode::RecomputeOnly,
+            Evict::Offload => EvictionMode::OffloadOnly,
+        }
+    }
+
+    /// The flag's value, as typed.
+    pub fn label(self) -> &'static str {
+        match self {
+            Evict::Auto => "auto",
+            Evict::Recompute => "recompute",
+            Evict::Offload => "offload",
+        }
+    }
+}
+
+/// Parses `--budget`: a byte size (`2GiB`, `1.5GB`, `800MB`, `123456`) or `none`.
+fn parse_budget(value: &str) -> Result<Option<u64>, String> {
+    if value.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    frugal::parse_bytes(value)
+        .map(Some)
+        .map_err(|e| format!("{e}; or none for no budget"))
 }
 
 /// Train a GPT-style model on Autodiff<Frugal<B>> and report exactly where its memory goes.
@@ -75,6 +118,19 @@ pub struct TrainArgs {
     /// Continue from the latest checkpoint in the checkpoint folder.
     #[arg(long)]
     pub resume: bool,
+    /// Keep live tensor memory under SIZE (e.g. 2GiB, 1.5GB, 800MB, or none) by evicting
+    /// tensors and recomputing or offloading them when read.
+    // The fully qualified `Option` keeps clap from treating the flag as optional-valued: the
+    // parser gives `None` for `none`, and the default is no budget.
+    #[arg(long, value_name = "SIZE", default_value = "none", value_parser = parse_budget)]
+    pub budget: ::std::option::Option<u64>,
+    /// Run each transformer block in a checkpoint scope: its activations are dropped after the
+    /// forward pass and recomputed in the backward pass.
+    #[arg(long)]
+    pub checkpoint_blocks: bool,
+    /// How the budget frees memory: recompute, offload to host memory, or auto (the cheaper).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub evict: Evict,
     /// No progress bar (for logs and tests).
     #[arg(long)]
     pub quiet: bool,
@@ -144,10 +200,60 @@ struct TrainState {
 
 type Ad<B> = Autodiff<Frugal<B>>;
 
+/// What `memory.json` holds: the run's memory settings and remat counters beside the snapshot.
+#[derive(Serialize)]
+struct MemoryLog<'a> {
+    budget: Option<u64>,
+    checkpoint_blocks: bool,
+    evict: Evict,
+    /// What the budget and scopes did over this run.
+    remat_stats: RematStats,
+    #[serde(flatten)]
+    snapshot: &'a memory::Snapshot,
+}
+
+/// Counters of `now` since `start` (host bytes are levels, kept as they are now).
+fn remat_delta(start: &RematStats, now: &RematStats) -> RematStats {
+    RematStats {
+        evictions: now.evictions - start.evictions,
+        evicted_bytes: now.evicted_bytes - start.evicted_bytes,
+        recomputes: now.recomputes - start.recomputes,
+        recomputed_bytes: now.recomputed_bytes - start.recomputed_bytes,
+        offloads: now.offloads - start.offloads,
+        offloaded_bytes: now.offloaded_bytes - start.offloaded_bytes,
+        uploads: now.uploads - start.uploads,
+        uploaded_bytes: now.uploaded_bytes - start.uploaded_bytes,
+        host_bytes: now.host_bytes,
+        peak_host_bytes: now.peak_host_bytes,
+    }
+}
+
+/// Clears the device's budget and policy when a run ends, however it ends, so that the
+/// caller's later work on the device is not managed by mistake.
+struct BudgetGuard<'a, D: burn::tensor::backend::DeviceOps + 'static>(&'a D);
+
+impl<D: burn::tensor::backend::DeviceOps + 'static> Drop for BudgetGuard<'_, D> {
+    fn drop(&mut self) {
+        memory::set_budget(self.0, None);
+        memory::set_policy(self.0, Policy::default());
+    }
+}
+
 /// Runs training on `B` (wrapped as `Autodiff<Frugal<B>>`) and returns the per-step log.
 pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<StepLog>, String> {
     args.validate()?;
     probe_device::<B>(args.device, &device)?;
+    // The budget must be on before the model exists, so that its parameters are managed too.
+    memory::set_policy(
+        &device,
+        Policy {
+            mode: args.evict.mode(),
+            ..Policy::default()
+        },
+    );
+    memory::set_budget(&device, args.budget);
+    let _budget = BudgetGuard(&device);
+    let remat_start = memory::remat_stats(&device);
     let corpus = match &args.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::generated(400_000, args.seed),
@@ -155,7 +261,23 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
     corpus.batch(args.seed, 0, 1, args.seq)?;
     let config = GptConfig::new(BYTE_VOCAB, args.seq, args.d_model, args.heads, args.layers);
     <Ad<B> as Backend>::seed(&device, args.seed);
-    let mut model = config.init::<Ad<B>>(&device);
+    // Under a budget too small for the parameters and their first update, creating them
+    // panics; say so as for a step.
+    let created = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        config.init::<Ad<B>>(&device)
+    }));
+    let mut model = match created {
+        Ok(model) => model,
+        Err(panic) => {
+            return Err(step_failure(
+                args,
+                "creating the model",
+                panic,
+                &device,
+                &remat_start,
+            ));
+        }
+    };
     let mut optim = train::optimizer::<Ad<B>>();
     let mut log = Vec::with_capacity(args.steps as usize);
     let mut first = 0;
@@ -210,6 +332,9 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
             args.steps,
             <Ad<B> as Backend>::name(&device)
         );
+        if let Some(settings) = memory_settings(args) {
+            println!("memory: {settings}");
+        }
     }
 
     let bar = ProgressBar::new(args.steps);
@@ -233,18 +358,27 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         // A device out-of-memory surfaces as a panic deep inside the inner backend; catch it
         // to say what held the memory and which flags would help, instead of a backtrace.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            train::step(
+            train::step_with(
                 model,
                 &mut optim,
                 batch,
                 args.lr,
                 &device,
+                args.checkpoint_blocks,
                 |phase: Phase| memory::mark(&device, phase.label()),
             )
         }));
         let (next, loss) = match outcome {
             Ok(result) => result,
-            Err(panic) => return Err(step_failure(args, step, panic, &device)),
+            Err(panic) => {
+                return Err(step_failure(
+                    args,
+                    &format!("step {step}"),
+                    panic,
+                    &device,
+                    &remat_start,
+                ));
+            }
         };
         model = next;
         if !loss.is_finite() {
@@ -267,8 +401,12 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
             live_bytes: memory::live_bytes(&device),
             peak_bytes: memory::peak_bytes(&device),
         };
+        let budget = args
+            .budget
+            .map(|b| format!(" / budget {}", format_bytes(b)))
+            .unwrap_or_default();
         bar.set_message(format!(
-            "loss {:.3} | {:.0} tok/s | live {} | peak {}",
+            "loss {:.3} | {:.0} tok/s | live {} | peak {}{budget}",
             loss,
             entry.tokens_per_s,
             format_bytes(entry.live_bytes),
@@ -283,6 +421,7 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
     }
     bar.finish();
     let snapshot = memory::snapshot(&device);
+    let remat = remat_delta(&remat_start, &memory::remat_stats(&device));
     memory::record_timeline(&device, 0);
     save_checkpoint(args, &model, &optim, args.steps, &log)?;
 
@@ -292,7 +431,19 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         &args.out.join("steps.json"),
         serde_json::to_string_pretty(&log).unwrap().as_bytes(),
     )?;
-    write_atomic(&args.out.join("memory.json"), snapshot.to_json().as_bytes())?;
+    let memory_log = MemoryLog {
+        budget: args.budget,
+        checkpoint_blocks: args.checkpoint_blocks,
+        evict: args.evict,
+        remat_stats: remat,
+        snapshot: &snapshot,
+    };
+    write_atomic(
+        &args.out.join("memory.json"),
+        serde_json::to_string_pretty(&memory_log)
+            .expect("a memory log always serialises")
+            .as_bytes(),
+    )?;
     let plot = args.out.join("step-memory.png");
     crate::plot::step_memory(&snapshot, &plot)?;
     if !args.quiet {
@@ -303,6 +454,9 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
             );
         }
         println!("{}", memory::report(&device));
+        if let Some(settings) = memory_settings(args) {
+            println!("{settings}; over the run: {}", remat_summary(&remat));
+        }
         println!(
             "wrote {}/steps.json, memory.json, step-memory.png; checkpoints in {}",
             args.out.display(),
@@ -310,6 +464,39 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         );
     }
     Ok(log)
+}
+
+/// The budget, eviction mode and scopes of a run, or `None` for a run without either.
+fn memory_settings(args: &TrainArgs) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(budget) = args.budget {
+        parts.push(format!(
+            "budget {} (evict {})",
+            format_bytes(budget),
+            args.evict.label()
+        ));
+    }
+    if args.checkpoint_blocks {
+        parts.push("checkpointed blocks".to_string());
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// One line of what the budget and scopes did.
+fn remat_summary(stats: &RematStats) -> String {
+    format!(
+        "{} evictions ({}), {} recomputes ({}), {} offloads ({}), {} uploads ({}), \
+         host memory peak {}",
+        stats.evictions,
+        format_bytes(stats.evicted_bytes),
+        stats.recomputes,
+        format_bytes(stats.recomputed_bytes),
+        stats.offloads,
+        format_bytes(stats.offloaded_bytes),
+        stats.uploads,
+        format_bytes(stats.uploaded_bytes),
+        format_bytes(stats.peak_host_bytes)
+    )
 }
 
 /// Runs one tiny op on the device, so a missing driver or GPU is reported as an error naming
@@ -347,12 +534,14 @@ fn probe_device<B: Backend>(kind: DeviceKind, device: &B::Device) -> Result<(), 
     })
 }
 
-/// The message for a step that panicked (typically the device running out of memory).
+/// The message for a step (or the model's creation) that panicked: typically the device running
+/// out of memory, or an op that cannot fit in the budget.
 fn step_failure<D: burn::tensor::backend::DeviceOps + 'static>(
     args: &TrainArgs,
-    step: u64,
+    what: &str,
     panic: Box<dyn std::any::Any + Send>,
     device: &D,
+    remat_start: &RematStats,
 ) -> String {
     let reason = panic
         .downcast_ref::<String>()
@@ -376,9 +565,36 @@ fn step_failure<D: burn::tensor::backend::DeviceOps + 'static>(
             )
         })
         .unwrap_or_else(|| "no checkpoint was saved (use --save-every N)".into());
+    let (budget, hints) = match args.budget {
+        Some(bytes) => (
+            format!(
+                "\n  the memory budget is {} (--budget, evicting by {}); so far: {}",
+                format_bytes(bytes),
+                args.evict.label(),
+                remat_summary(&remat_delta(remat_start, &memory::remat_stats(device)))
+            ),
+            format!(
+                "a larger --budget than {}{}, ",
+                format_bytes(bytes),
+                if args.evict == Evict::Auto {
+                    ""
+                } else {
+                    " or --evict auto"
+                }
+            ),
+        ),
+        None => (
+            String::new(),
+            if args.checkpoint_blocks {
+                "a --budget, ".to_string()
+            } else {
+                "--checkpoint-blocks, a --budget, ".to_string()
+            },
+        ),
+    };
     format!(
-        "step {step} failed: {reason}\n  peak live tensor memory {} (now {}); biggest holders: {}\n  \
-         {saved}\n  to need less memory: a smaller --batch (now {}) or --seq (now {}), or a smaller model \
+        "{what} failed: {reason}\n  peak live tensor memory {} (now {}); biggest holders: {}{budget}\n  \
+         {saved}\n  to need less memory: {hints}a smaller --batch (now {}) or --seq (now {}), or a smaller model \
          (--layers {}, --d-model {})",
         format_bytes(report.peak_bytes),
         format_bytes(report.live_bytes),

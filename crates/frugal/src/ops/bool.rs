@@ -9,14 +9,14 @@ use burn_backend::Shape;
 use burn_backend::Slice;
 use burn_backend::TensorData;
 use burn_backend::ops::BoolTensorOps;
-use burn_backend::tensor::Device;
 
 use crate::Frugal;
 
 crate::ops::forward_ops! {
     impl BoolTensorOps, base crate::ops::BOOL_BASE;
-    manual [bool_into_data, bool_argwhere, bool_to_device] {
+    manual [bool_device, bool_into_data, bool_argwhere, bool_to_device] {
         crate::ops::into_data!(bool_into_data, BoolTensor);
+        crate::ops::device_of!(bool_device, BoolTensor);
         crate::ops::to_device!(bool_to_device, BoolTensor, BoolKind);
 
         fn bool_argwhere(
@@ -38,7 +38,6 @@ crate::ops::forward_ops! {
     fn bool_from_data(data: [TensorData], device: D) -> Bo;
     fn bool_into_int(tensor: Bo, out_dtype: [IntDType]) -> I;
     fn bool_into_float(tensor: Bo, out_dtype: [FloatDType]) -> F;
-    fn bool_device(tensor: RBo) -> [Device<Self>];
     fn bool_slice_assign(tensor: Bo, slices: [&[Slice]], value: Bo) -> Bo;
     fn bool_mask_where(tensor: Bo, mask: Bo, value: Bo) -> Bo;
     fn bool_mask_fill(tensor: Bo, mask: Bo, value: [Scalar]) -> Bo;

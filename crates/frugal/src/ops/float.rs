@@ -11,15 +11,15 @@ use burn_backend::Slice;
 use burn_backend::TensorData;
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::ops::GridSampleOptions;
-use burn_backend::tensor::Device;
 use burn_backend::tensor::IndexingUpdateOp;
 
 use crate::Frugal;
 
 crate::ops::forward_ops! {
     impl FloatTensorOps, base crate::ops::FLOAT_BASE;
-    manual [float_into_data, float_to_device] {
+    manual [float_device, float_into_data, float_to_device] {
         crate::ops::into_data!(float_into_data, FloatTensor);
+        crate::ops::device_of!(float_device, FloatTensor);
         crate::ops::to_device!(float_to_device, FloatTensor, FloatKind);
     }
     fn float_from_data(data: [TensorData], device: D) -> F;
@@ -27,7 +27,6 @@ crate::ops::forward_ops! {
     fn float_zeros(shape: [Shape], device: D, dtype: [FloatDType]) -> F;
     fn float_ones(shape: [Shape], device: D, dtype: [FloatDType]) -> F;
     fn float_full(shape: [Shape], fill_value: [Scalar], device: D, dtype: [FloatDType]) -> F;
-    fn float_device(tensor: RF) -> [Device<Self>];
     fn float_into_int(tensor: F, out_dtype: [IntDType]) -> I;
     fn float_empty(shape: [Shape], device: D, dtype: [FloatDType]) -> F;
     fn float_repeat_dim(tensor: F, dim: [usize], times: [usize]) -> F;

@@ -10,7 +10,6 @@ use burn_backend::Shape;
 use burn_backend::Slice;
 use burn_backend::TensorData;
 use burn_backend::ops::IntTensorOps;
-use burn_backend::tensor::Device;
 use burn_backend::tensor::IndexingUpdateOp;
 use core::ops::Range;
 
@@ -18,13 +17,13 @@ use crate::Frugal;
 
 crate::ops::forward_ops! {
     impl IntTensorOps, base crate::ops::INT_BASE;
-    manual [int_into_data, int_to_device] {
+    manual [int_device, int_into_data, int_to_device] {
         crate::ops::into_data!(int_into_data, IntTensor);
+        crate::ops::device_of!(int_device, IntTensor);
         crate::ops::to_device!(int_to_device, IntTensor, IntKind);
     }
     fn int_empty(shape: [Shape], device: D, dtype: [IntDType]) -> I;
     fn int_from_data(data: [TensorData], device: D) -> I;
-    fn int_device(tensor: RI) -> [Device<Self>];
     fn int_slice_assign(tensor: I, slices: [&[Slice]], value: I) -> I;
     fn int_into_float(tensor: I, out_dtype: [FloatDType]) -> F;
     fn int_mask_where(tensor: I, mask: Bo, value: I) -> I;

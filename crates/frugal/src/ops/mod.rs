@@ -667,6 +667,7 @@ macro_rules! wrap_managed {
                 B::$name($($crate::ops::replay!($kind, $arg)),*)
             }),
             inputs,
+            view_of: None,
         });
         $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($k)>($o, storage, recipe, cost)
     }};
@@ -675,8 +676,7 @@ macro_rules! wrap_managed {
     (Bo, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe Bo, $($rest)*) };
     (Q, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe Q, $($rest)*) };
     ($other:tt, $o:ident, $l:ident, $op:ident, $name:ident, $caps:ident, $($rest:tt)*) => {{
-        #[allow(dropping_copy_types)]
-        drop($caps);
+        let _unused = $caps;
         $crate::ops::wrap_out!($other, $o, $l, $op)
     }};
 }
@@ -745,7 +745,9 @@ macro_rules! forward_ops {
                     let recipe = caps.0.usable().then(|| {
                         let mut inputs = Vec::new();
                         caps.0.push_cell(&mut inputs);
+                        let view_of = caps.0.view_of();
                         $crate::remat::Recipe {
+                            view_of,
                             run: Box::new(move || {
                                 #[allow(unused_variables)]
                                 let (source, $($varg,)*) = &caps;
@@ -756,7 +758,7 @@ macro_rules! forward_ops {
                     });
                     let out = $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($vret)>(out, storage, recipe, 0.0);
                     // Reading an evicted input restored it.
-                    ledger.budget.enforce(ledger, Some(id), 0);
+                    ledger.budget.enforce(ledger, Some(id), out.storage_bytes());
                     out
                 }
             )*
@@ -787,6 +789,21 @@ macro_rules! to_device {
     };
 }
 pub(crate) use to_device;
+
+/// Forwards a `*_device` method. A managed tensor answers from its cell, so asking an
+/// evicted tensor for its device does not restore it.
+macro_rules! device_of {
+    ($name:ident, $ty:ident) => {
+        fn $name(tensor: &burn_backend::tensor::$ty<Self>) -> burn_backend::tensor::Device<Self> {
+            tensor.ledger().count_call(op(Op::$name));
+            match tensor.managed_device::<burn_backend::tensor::Device<Self>>() {
+                Some(device) => device,
+                None => B::$name(&*tensor.prim_ref()),
+            }
+        }
+    };
+}
+pub(crate) use device_of;
 
 /// Forwards a `*_into_data` method, whose result is a future.
 macro_rules! into_data {

@@ -10,21 +10,20 @@ use burn_backend::Slice;
 use burn_backend::TensorData;
 use burn_backend::ops::QTensorOps;
 use burn_backend::quantization::QuantScheme;
-use burn_backend::tensor::Device;
 
 use crate::Frugal;
 
 crate::ops::forward_ops! {
     impl QTensorOps, base crate::ops::Q_BASE;
-    manual [q_into_data, q_to_device] {
+    manual [q_device, q_into_data, q_to_device] {
         crate::ops::into_data!(q_into_data, QuantizedTensor);
+        crate::ops::device_of!(q_device, QuantizedTensor);
         crate::ops::to_device!(q_to_device, QuantizedTensor, QuantKind);
     }
     fn q_from_data(data: [TensorData], device: D) -> Q;
     fn quantize(tensor: F, scheme: [&QuantScheme], qparams: QP) -> Q;
     fn quantize_dynamic(tensor: F, scheme: [&QuantScheme]) -> Q;
     fn dequantize(tensor: Q, dtype: [FloatDType]) -> F;
-    fn q_device(tensor: RQ) -> [Device<Self>];
     fn q_is_require_grad(tensor: RQ) -> [bool];
     fn q_flip(tensor: Q, axes: [&[usize]]) -> Q;
     fn q_select(tensor: Q, dim: [usize], indices: I) -> Q;
