@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::ledger::Ledger;
 use crate::ops::OpId;
-use crate::policy::{EvictionMode, Policy};
+use crate::policy::{Action, EvictionMode, Policy};
 use crate::remat::{CellDyn, Status};
 use crate::report::format_bytes;
 
@@ -152,11 +152,43 @@ impl Budget {
         registry.push(cell);
     }
 
-    /// About 2·sqrt(n) + 64 registered cells chosen at random (all of them when few).
+    /// The cheapest group of resident cells that together hold every reference to one buffer
+    /// and can all be recomputed.
+    fn shared_group(&self, now: u64, policy: &Policy) -> Option<Vec<Arc<dyn CellDyn>>> {
+        let mut groups: std::collections::HashMap<usize, (usize, Vec<Arc<dyn CellDyn>>)> =
+            Default::default();
+        for cell in self.cells() {
+            if let Some((storage, holders)) = cell.storage_holders()
+                && holders > 1
+            {
+                groups
+                    .entry(storage)
+                    .or_insert((holders, Vec::new()))
+                    .1
+                    .push(cell);
+            }
+        }
+        groups
+            .into_values()
+            .filter(|(holders, cells)| *holders == cells.len())
+            .filter_map(|(_, cells)| {
+                let mut score = 0.0;
+                for cell in &cells {
+                    let candidate = cell.candidate(now, policy, true)?;
+                    (candidate.action == Action::Recompute).then_some(())?;
+                    score += candidate.score;
+                }
+                Some((score, cells))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, cells)| cells)
+    }
+
+    /// About sqrt(n) + 32 registered cells chosen at random (all of them when few).
     fn sample(&self, seed: u64) -> Vec<Arc<dyn CellDyn>> {
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         let n = registry.len();
-        let k = 2 * (n as f64).sqrt() as usize + 64;
+        let k = (n as f64).sqrt() as usize + 32;
         if n <= k {
             return registry.iter().filter_map(Weak::upgrade).collect();
         }
@@ -295,23 +327,45 @@ impl Budget {
 
     fn evict_down(&self, ledger: &Ledger, limit: u64) {
         let now = self.clock.load(Relaxed);
-        let allow_offload = self.policy().mode != EvictionMode::RecomputeOnly;
+        let policy = self.policy();
         // Evict a little below the limit, so the next few ops do not each search again.
-        let target = limit - limit / 32;
+        let target = limit - limit / 16;
         let mut round = 0u64;
         let mut failures = 0;
         while ledger.live_bytes() > target && failures < 8 {
             round += 1;
-            // As DTR does, score a random sample of about 2·sqrt(n) tensors per eviction
+            // As DTR does, score a random sample of about sqrt(n) tensors per eviction
             // rather than all n; when the sample has nothing to evict, look at all of them.
             let best = |cells: Vec<Arc<dyn CellDyn>>| {
                 cells
                     .into_iter()
-                    .filter_map(|cell| Some((cell.candidate(now, allow_offload)?, cell)))
-                    .min_by(|a, b| a.0.score.total_cmp(&b.0.score))
+                    .filter_map(|cell| Some((cell.candidate(now, &policy, false)?, cell)))
+                    .min_by(|a, b| {
+                        let (a, b) = (a.0.rank(), b.0.rank());
+                        a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+                    })
             };
-            let chosen = best(self.sample(now ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-                .or_else(|| best(self.cells()));
+            let sampled = best(self.sample(now ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+            // An offload stalls the device: look at every tensor for one to recompute first.
+            let chosen = match sampled {
+                Some((candidate, _)) if candidate.action == Action::Offload => {
+                    best(self.cells()).or(sampled)
+                }
+                Some(_) => sampled,
+                None => best(self.cells()),
+            };
+            // Before offloading, try buffers shared by several tensors (a tensor and its
+            // views), which no single eviction frees.
+            if chosen
+                .as_ref()
+                .is_none_or(|c| c.0.action == Action::Offload)
+                && let Some(group) = self.shared_group(now, &policy)
+            {
+                for cell in group {
+                    cell.evict(Action::Recompute);
+                }
+                continue;
+            }
             match chosen {
                 // Another thread may be using the cell; try others a few times.
                 Some((candidate, cell)) => match cell.evict(candidate.action) {

@@ -36,7 +36,9 @@ pub enum EvictionMode {
 /// Tuning of the eviction policy for one device (see [`crate::memory::set_policy`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Policy {
-    /// Which actions may be used.
+    /// Which actions may be used. In `Auto`, a tensor that can be recomputed is preferred to
+    /// one that must be offloaded whatever their scores: a host copy waits for the device to
+    /// finish its queue, which costs more than the bytes moved.
     pub mode: EvictionMode,
     /// Cost of moving one byte to the host and back, in units of one byte of device memory
     /// traffic. The default, 64, is about an H100's memory bandwidth over PCIe 4 x16 in both
@@ -79,6 +81,13 @@ pub(crate) struct Candidate {
 }
 
 impl Candidate {
+    /// Orders candidates, best first: recomputation before offload, then by score.
+    pub(crate) fn rank(&self) -> (bool, f64) {
+        (self.action == Action::Offload, self.score)
+    }
+}
+
+impl Candidate {
     /// Scores a tensor whose recomputation would cost `recompute` (`None`: it cannot be
     /// recomputed), or `None` if the policy allows no action for it.
     pub(crate) fn new(
@@ -86,13 +95,13 @@ impl Candidate {
         now: u64,
         recompute: Option<f64>,
         can_offload: bool,
+        policy: &Policy,
     ) -> Option<Self> {
-        let policy = core.ledger.budget.policy();
+        let can_offload = can_offload && policy.mode != EvictionMode::RecomputeOnly;
         let offload = can_offload.then_some(core.bytes as f64 * policy.host_cost_per_byte);
         let (cost, action) = match (policy.mode, recompute, offload) {
             (EvictionMode::RecomputeOnly, Some(r), _) => (r, Action::Recompute),
             (EvictionMode::OffloadOnly, _, Some(o)) => (o, Action::Offload),
-            (EvictionMode::Auto, Some(r), Some(o)) if o < r => (o, Action::Offload),
             (EvictionMode::Auto, Some(r), _) => (r, Action::Recompute),
             (EvictionMode::Auto, None, Some(o)) => (o, Action::Offload),
             _ => return None,

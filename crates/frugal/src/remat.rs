@@ -23,7 +23,7 @@ use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
 
 use crate::ledger::Ledger;
 use crate::ops::OpId;
-use crate::policy::{Action, Candidate};
+use crate::policy::{Action, Candidate, Policy};
 use crate::tensor::Storage;
 
 /// Which of the backend's four tensor kinds a cell holds, with the calls needed to move it to
@@ -132,6 +132,13 @@ pub(crate) struct CellCore {
     dead: AtomicBool,
     /// Restores in progress that need it resident: never evicted while non-zero.
     pins: AtomicU32,
+    /// The inner tensor may have a non-standard memory layout (a view, or an elementwise
+    /// result of one). A host copy comes back contiguous, and some backends round
+    /// reductions differently by layout, so such tensors are recomputed, never offloaded.
+    pub(crate) strided: bool,
+    /// For a dropped tensor that kept its recipe: how many dropped tensors lead from it to
+    /// tensors the program holds.
+    dead_chain: AtomicU32,
 }
 
 impl CellCore {
@@ -161,11 +168,16 @@ pub(crate) trait CellDyn: Send + Sync {
     /// Brings this one cell back, assuming its inputs can be read without recomputation.
     fn restore_one(&self);
     /// How this cell could be evicted now, and at what cost; `None` if it cannot be.
-    fn candidate(&self, now: u64, allow_offload: bool) -> Option<Candidate>;
+    /// With `shared`, the cell is scored as one of a group of cells that share its buffer and
+    /// are evicted together (recomputation only).
+    fn candidate(&self, now: u64, policy: &Policy, shared: bool) -> Option<Candidate>;
+    /// The address of a resident cell's storage record and how many hold it.
+    fn storage_holders(&self) -> Option<(usize, usize)>;
     /// Evicts the cell with `action`, returning whether it was evicted. Never blocks: a cell
     /// in use elsewhere is skipped.
     fn evict(&self, action: Action) -> bool;
     fn depth(&self) -> u32;
+    fn shape_ref(&self) -> &Shape;
     fn add_dependent(&self);
     fn remove_dependent(&self);
     /// Called once when the program's last handle goes: frees the data unless needed.
@@ -188,6 +200,9 @@ pub(crate) trait CellOf<P>: CellDyn {
     fn device_any(&self) -> &dyn std::any::Any;
 }
 
+/// The longest chain of dropped tensors kept only to recompute live ones.
+const MAX_DEAD_CHAIN: u32 = 1;
+
 /// A managed tensor of kind `K` on backend `B`.
 pub(crate) struct Cell<B: Backend, K: Kind<B>> {
     core: CellCore,
@@ -206,6 +221,14 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         cost: f64,
     ) -> Arc<Self> {
         let ledger = storage.ledger;
+        let shape = tensor.shape();
+        let strided = recipe.as_ref().is_some_and(|recipe| {
+            recipe.view_of.is_some()
+                || recipe
+                    .inputs
+                    .iter()
+                    .any(|input| input.core().strided && *input.shape_ref() == shape)
+        });
         let cell = Arc::new(Self {
             core: CellCore {
                 ledger,
@@ -217,9 +240,11 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 dependents: AtomicU32::new(0),
                 dead: AtomicBool::new(false),
                 pins: AtomicU32::new(0),
+                strided,
+                dead_chain: AtomicU32::new(0),
             },
             device: K::device(&tensor),
-            shape: tensor.shape(),
+            shape,
             dtype: tensor.dtype(),
             slot: Mutex::new(Slot {
                 state: State::Resident(tensor, storage),
@@ -306,16 +331,24 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     }
 
     /// Whether a cell the program no longer holds keeps its recipe (so that live tensors
-    /// computed from it stay recomputable): only if all its inputs are still held. This
-    /// bounds chains of dropped tensors to one link, so old chains do not hold memory.
-    fn keeps_recipe_when_dead(slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
+    /// computed from it stay recomputable): only if it is at most [`MAX_DEAD_CHAIN`] dropped
+    /// tensors away from tensors the program still holds. This bounds how much history a
+    /// live tensor can pin (e.g. parameters updated step after step).
+    fn keeps_recipe_when_dead(&self, slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
         let depth = Self::can_recompute(slot, max_depth)?;
         let recipe = slot.recipe.as_ref()?;
-        recipe
+        let chain = recipe
             .inputs
             .iter()
-            .all(|input| !input.core().is_dead())
-            .then_some(depth)
+            .filter(|input| input.core().is_dead())
+            .map(|input| input.core().dead_chain.load(Relaxed) + 1)
+            .max()
+            .unwrap_or(1);
+        if chain > MAX_DEAD_CHAIN {
+            return None;
+        }
+        self.core.dead_chain.store(chain, Relaxed);
+        Some(depth)
     }
 
     /// Frees the data of a dead cell nobody evicted depends on; keeps its recipe if it can
@@ -331,7 +364,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         match slot.state.status() {
             Status::Resident => {
                 let max_depth = self.core.ledger.budget.policy().max_depth;
-                match Self::keeps_recipe_when_dead(&slot, max_depth) {
+                match self.keeps_recipe_when_dead(&slot, max_depth) {
                     Some(depth) => {
                         slot.depth = depth;
                         slot.state = State::Evicted;
@@ -439,7 +472,17 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         }
     }
 
-    fn candidate(&self, now: u64, allow_offload: bool) -> Option<Candidate> {
+    fn storage_holders(&self) -> Option<(usize, usize)> {
+        let slot = self.slot.try_lock().ok()?;
+        match &slot.state {
+            State::Resident(_, storage) => {
+                Some((Arc::as_ptr(storage) as usize, Arc::strong_count(storage)))
+            }
+            _ => None,
+        }
+    }
+
+    fn candidate(&self, now: u64, policy: &Policy, shared: bool) -> Option<Candidate> {
         if self.core.pins.load(Relaxed) > 0 {
             return None;
         }
@@ -447,12 +490,11 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         let State::Resident(_, storage) = &slot.state else {
             return None;
         };
-        // Only a buffer no other tensor points into is freed by evicting this cell.
-        if Arc::strong_count(storage) != 1 || storage.bytes == 0 {
+        // Alone, only a buffer no other tensor points into is freed by evicting this cell.
+        if (!shared && Arc::strong_count(storage) != 1) || storage.bytes == 0 {
             return None;
         }
-        let max_depth = self.core.ledger.budget.policy().max_depth;
-        let recompute = Self::can_recompute(&slot, max_depth).map(|_| {
+        let recompute = Self::can_recompute(&slot, policy.max_depth).map(|_| {
             let recipe = slot.recipe.as_ref().expect("checked");
             // DTR's evicted neighbourhood: restoring this cell also re-runs its evicted inputs.
             self.core.cost
@@ -463,7 +505,13 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                     .map(|input| input.core().cost)
                     .sum::<f64>()
         });
-        Candidate::new(&self.core, now, recompute, allow_offload)
+        Candidate::new(
+            &self.core,
+            now,
+            recompute,
+            !self.core.strided && !shared,
+            policy,
+        )
     }
 
     fn evict(&self, action: Action) -> bool {
@@ -506,6 +554,10 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
 
     fn depth(&self) -> u32 {
         self.lock().depth
+    }
+
+    fn shape_ref(&self) -> &Shape {
+        &self.shape
     }
 
     fn add_dependent(&self) {
@@ -553,7 +605,7 @@ impl<B: Backend, K: Kind<B>> CellOf<K::Prim> for Cell<B, K> {
         self.ensure_resident();
         let mut slot = self.lock();
         let max_depth = self.core.ledger.budget.policy().max_depth;
-        let next = match Self::keeps_recipe_when_dead(&slot, max_depth) {
+        let next = match self.keeps_recipe_when_dead(&slot, max_depth) {
             Some(depth) => {
                 slot.depth = depth;
                 for input in &slot.recipe.as_ref().expect("checked").inputs {
