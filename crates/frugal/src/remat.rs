@@ -598,12 +598,15 @@ impl<B: Backend, K: Kind<B>> CellOf<K::Prim> for Cell<B, K> {
     fn consume(&self) -> (K::Prim, Option<Arc<Storage>>) {
         self.core.touch();
         self.core.dead.store(true, Relaxed);
-        if self.core.dependents.load(Relaxed) > 0 {
+        self.ensure_resident();
+        let mut slot = self.lock();
+        // Checked under the lock and after the restore: restoring may have evicted a tensor
+        // that depends on this one, which must then stay readable.
+        if self.core.dependents.load(Relaxed) > 0 || slot.state.status() != Status::Resident {
+            drop(slot);
             let (tensor, _) = self.get_with_storage();
             return (tensor, None);
         }
-        self.ensure_resident();
-        let mut slot = self.lock();
         let max_depth = self.core.ledger.budget.policy().max_depth;
         let next = match self.keeps_recipe_when_dead(&slot, max_depth) {
             Some(depth) => {
