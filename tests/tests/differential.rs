@@ -130,7 +130,11 @@ fn wgpu_side(side: &str, count: usize) -> Vec<String> {
 /// Every case on wgpu (Mesa's lavapipe in CI) and on Frugal<Wgpu>: same digests of the
 /// outputs, or the same panic message. The inner side runs twice: a case whose two inner runs
 /// differ is nondeterministic on wgpu itself (e.g. atomic float adds in a backward kernel), so
-/// for it Frugal must only succeed or fail as the inner backend does.
+/// for it Frugal must only succeed or fail as the inner backend does. Two runs can agree by
+/// chance, so the cases seen to vary (atomic float adds) are always treated that way.
+#[cfg(feature = "wgpu")]
+const VARY_ON_WGPU: &[&str] = &["float_scatter_nd", "deform_conv2d_backward"];
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn all_ops_on_wgpu() {
@@ -143,7 +147,8 @@ fn all_ops_on_wgpu() {
     let mut nondeterministic = Vec::new();
     for (i, case) in all.iter().enumerate() {
         let ok = |r: &str| r.starts_with("ok");
-        if inner[i] != again[i] && ok(&inner[i]) && ok(&again[i]) {
+        let varies = inner[i] != again[i] || VARY_ON_WGPU.contains(&case.name);
+        if varies && ok(&inner[i]) && ok(&again[i]) {
             nondeterministic.push(case.name);
             if !ok(&wrapped[i]) {
                 differ.push(format!("{}: wgpu ok / frugal {:?}", case.name, wrapped[i]));
