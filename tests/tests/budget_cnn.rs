@@ -162,21 +162,6 @@ fn unconstrained_peak() -> u64 {
     peak
 }
 
-/// `after - before` for the counters; the host figures are `after`'s.
-fn delta(before: RematStats, after: RematStats) -> RematStats {
-    RematStats {
-        evictions: after.evictions - before.evictions,
-        evicted_bytes: after.evicted_bytes - before.evicted_bytes,
-        recomputes: after.recomputes - before.recomputes,
-        recomputed_bytes: after.recomputed_bytes - before.recomputed_bytes,
-        offloads: after.offloads - before.offloads,
-        offloaded_bytes: after.offloaded_bytes - before.offloaded_bytes,
-        uploads: after.uploads - before.uploads,
-        uploaded_bytes: after.uploaded_bytes - before.uploaded_bytes,
-        ..after
-    }
-}
-
 /// Trains under `fraction` of the unconstrained peak with `mode`, checking that live bytes are
 /// within the budget after every phase, and that nothing is left on the device or the host.
 fn budgeted(
@@ -207,7 +192,7 @@ fn budgeted(
     });
     frugal::memory::set_budget(&device, None);
     frugal::memory::set_policy(&device, Policy::default());
-    let stats = delta(before, frugal::memory::remat_stats(&device));
+    let stats = frugal::memory::remat_stats(&device).since(&before);
     eprintln!("{mode:?}, checkpoint {checkpoint}: budget {budget} B, {stats:?}");
     assert_eq!(
         frugal::memory::live_bytes(&device),
@@ -232,7 +217,7 @@ fn without_a_budget_no_bit_changes() {
     let device = NdArrayDevice::Cpu;
     let before = frugal::memory::remat_stats(&device);
     let frugal = train::<Managed>(false, |_| {});
-    let stats = delta(before, frugal::memory::remat_stats(&device));
+    let stats = frugal::memory::remat_stats(&device).since(&before);
     assert_eq!(stats.evictions + stats.offloads + stats.recomputes, 0);
     assert_eq!(plain, frugal);
 }
@@ -272,7 +257,7 @@ fn a_checkpointed_conv_block_changes_no_bit() {
     let live_before = frugal::memory::live_bytes(&device);
     let before = frugal::memory::remat_stats(&device);
     let out = train::<Managed>(true, |_| {});
-    let stats = delta(before, frugal::memory::remat_stats(&device));
+    let stats = frugal::memory::remat_stats(&device).since(&before);
     assert!(stats.evictions > 0 && stats.recomputes > 0, "{stats:?}");
     // Without a budget, a scope only evicts for recomputation.
     assert_eq!(stats.offloads, 0, "{stats:?}");

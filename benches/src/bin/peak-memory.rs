@@ -9,12 +9,14 @@
 //! - `peak_reserved_bytes`: the highest reserved bytes of the CubeCL pool seen at the phase
 //!   boundaries of each step (start, after forward, after backward, after the optimizer),
 //!   after a sync; a lower bound of the true peak, since CubeCL keeps no peak counter.
-//! - `step_ms_median`, `tokens_per_s`: over the steps after warm-up.
+//! - `step_ms_median`, `tokens_per_s`: over the steps after warm-up (the last step, whose
+//!   phases are probed with syncs, left out); `step_ms`: every step, warm-up included.
 //! - `ledger_vs_pool`: for Frugal, the ledger's live bytes beside the pool's `bytes_in_use` at
 //!   each phase boundary of the last step.
 //! - `budget_bytes`, `checkpoint_blocks`: the configuration's memory budget and scopes.
-//! - `evictions`, `recomputes`, `recomputed_bytes`, `offloads`, `offloaded_bytes`: what
-//!   Frugal's budget and scopes did over the measured steps (absent without Frugal).
+//! - `evictions`, `recomputes`, `offloads`, `offload_batches`, `search_nanos`, `offload_nanos`,
+//!   ... (the fields of `frugal::RematStats`): what Frugal's budget and scopes did over the
+//!   measured steps (absent without Frugal).
 //!
 //! The budgets (`budget-1/3` etc.) are fractions of the `frugal` configuration's
 //! `peak_allocated_bytes` in the same invocation, which is run first (added if not asked for).
@@ -90,6 +92,10 @@ struct Args {
     /// Write a bar chart of peak memory per configuration to this PNG.
     #[arg(long)]
     chart: Option<std::path::PathBuf>,
+    /// With `--device cuda`: run on CubeCL's CUDA backend without Burn's fusion, whose fused
+    /// kernels are compiled (and fused matmuls autotuned) for every new sequence of ops.
+    #[arg(long)]
+    no_fusion: bool,
 }
 
 const CONFIGS: [&str; 8] = [
@@ -140,16 +146,14 @@ struct Line {
     peak_allocated_bytes: Option<u64>,
     peak_reserved_bytes: Option<u64>,
     step_ms_median: f64,
+    step_ms: Vec<f64>,
     tokens_per_s: f64,
     losses: Vec<f32>,
     ledger_vs_pool: Vec<PhasePoint>,
     budget_bytes: Option<u64>,
     checkpoint_blocks: bool,
-    evictions: Option<u64>,
-    recomputes: Option<u64>,
-    recomputed_bytes: Option<u64>,
-    offloads: Option<u64>,
-    offloaded_bytes: Option<u64>,
+    #[serde(flatten)]
+    remat: Option<RematStats>,
 }
 
 /// The line of a configuration that failed.
@@ -193,6 +197,10 @@ fn child(only: &str, args: &Args) {
         DeviceKind::Cpu => Ok(run_named::<burn::backend::NdArray>(only, args)),
         #[cfg(feature = "wgpu")]
         DeviceKind::Wgpu => Ok(run_named::<burn::backend::Wgpu>(only, args)),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda if args.no_fusion => Ok(run_named::<
+            burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>,
+        >(only, args)),
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => Ok(run_named::<burn::backend::Cuda>(only, args)),
         #[allow(unreachable_patterns)]
@@ -293,6 +301,10 @@ fn main() {
             "error: --device {0} needs a build with `--features {0}`",
             format!("{:?}", args.device).to_lowercase()
         );
+        std::process::exit(2);
+    }
+    if args.no_fusion && !matches!(args.device, DeviceKind::Cuda) {
+        eprintln!("error: --no-fusion applies to --device cuda only");
         std::process::exit(2);
     }
     if args.budget_bytes.is_some() {
@@ -439,21 +451,6 @@ fn run_named<B: Backend>(name: &str, args: &Args) -> Line {
     }
 }
 
-/// Counters of `now` since `start`.
-fn remat_delta(start: RematStats, now: RematStats) -> RematStats {
-    RematStats {
-        evictions: now.evictions - start.evictions,
-        evicted_bytes: now.evicted_bytes - start.evicted_bytes,
-        recomputes: now.recomputes - start.recomputes,
-        recomputed_bytes: now.recomputed_bytes - start.recomputed_bytes,
-        offloads: now.offloads - start.offloads,
-        offloaded_bytes: now.offloaded_bytes - start.offloaded_bytes,
-        uploads: now.uploads - start.uploads,
-        uploaded_bytes: now.uploaded_bytes - start.uploaded_bytes,
-        ..now
-    }
-}
-
 /// Runs `name` on `A`; `ledger` when `A` is Frugal's, under `budget` if given.
 fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option<u64>) -> Line {
     let device = A::Device::default();
@@ -467,6 +464,7 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
     let mut model = config.init::<A>(&device);
     let mut optim = train::optimizer::<A>();
     let mut times = Vec::new();
+    let mut every_step_ms = Vec::new();
     let mut losses = Vec::new();
     let mut peak_reserved: Option<u64> = None;
     let mut points = Vec::new();
@@ -510,6 +508,9 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         let elapsed = started.elapsed().as_secs_f64() * 1e3;
         model = next;
         losses.push(loss);
+        every_step_ms.push(elapsed);
+        // On stderr as it happens, so a run cut short by a time limit still shows its pace.
+        eprintln!("{name}: step {step} took {elapsed:.1} ms");
         if timed && step + 1 != args.steps {
             times.push(elapsed);
         }
@@ -518,7 +519,7 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         }
     }
     let step_ms = median(&mut times);
-    let remat = ledger.then(|| remat_delta(remat_start, memory::remat_stats(&device)));
+    let remat = ledger.then(|| memory::remat_stats(&device).since(&remat_start));
     Line {
         system: "burn",
         device: A::name(&device),
@@ -533,16 +534,13 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         peak_allocated_bytes: ledger.then(|| memory::peak_bytes(&device)),
         peak_reserved_bytes: peak_reserved,
         step_ms_median: step_ms,
+        step_ms: every_step_ms,
         tokens_per_s: (args.batch * args.seq) as f64 / (step_ms / 1e3),
         losses,
         ledger_vs_pool: points,
         budget_bytes: budget,
         checkpoint_blocks,
-        evictions: remat.map(|r| r.evictions),
-        recomputes: remat.map(|r| r.recomputes),
-        recomputed_bytes: remat.map(|r| r.recomputed_bytes),
-        offloads: remat.map(|r| r.offloads),
-        offloaded_bytes: remat.map(|r| r.offloaded_bytes),
+        remat,
     }
 }
 

@@ -38,6 +38,39 @@ pub struct RematStats {
     pub host_bytes: u64,
     /// Highest `host_bytes`.
     pub peak_host_bytes: u64,
+    /// Reads of offloaded tensors from the device, each a wait for its queue to drain (a
+    /// batch of offloads shares one).
+    pub offload_batches: u64,
+    /// Nanoseconds spent choosing tensors to evict.
+    pub search_nanos: u64,
+    /// Nanoseconds spent waiting for offloads to reach host memory.
+    pub offload_nanos: u64,
+    /// Nanoseconds spent handing host copies back to the device (the copies themselves may
+    /// run later, asynchronously).
+    pub upload_nanos: u64,
+}
+
+impl RematStats {
+    /// What happened since `start` (an earlier reading of the same device): every counter
+    /// as a difference; `host_bytes` and `peak_host_bytes` as they are now.
+    pub fn since(&self, start: &RematStats) -> RematStats {
+        RematStats {
+            evictions: self.evictions.saturating_sub(start.evictions),
+            evicted_bytes: self.evicted_bytes.saturating_sub(start.evicted_bytes),
+            recomputes: self.recomputes.saturating_sub(start.recomputes),
+            recomputed_bytes: self.recomputed_bytes.saturating_sub(start.recomputed_bytes),
+            offloads: self.offloads.saturating_sub(start.offloads),
+            offloaded_bytes: self.offloaded_bytes.saturating_sub(start.offloaded_bytes),
+            uploads: self.uploads.saturating_sub(start.uploads),
+            uploaded_bytes: self.uploaded_bytes.saturating_sub(start.uploaded_bytes),
+            host_bytes: self.host_bytes,
+            peak_host_bytes: self.peak_host_bytes,
+            offload_batches: self.offload_batches.saturating_sub(start.offload_batches),
+            search_nanos: self.search_nanos.saturating_sub(start.search_nanos),
+            offload_nanos: self.offload_nanos.saturating_sub(start.offload_nanos),
+            upload_nanos: self.upload_nanos.saturating_sub(start.upload_nanos),
+        }
+    }
 }
 
 /// Budget state kept in each device's ledger.
@@ -62,6 +95,10 @@ pub(crate) struct Budget {
     uploaded_bytes: AtomicU64,
     host_bytes: AtomicU64,
     peak_host_bytes: AtomicU64,
+    offload_batches: AtomicU64,
+    search_nanos: AtomicU64,
+    offload_nanos: AtomicU64,
+    upload_nanos: AtomicU64,
 }
 
 impl Default for Budget {
@@ -88,6 +125,10 @@ impl Default for Budget {
             uploaded_bytes: AtomicU64::new(0),
             host_bytes: AtomicU64::new(0),
             peak_host_bytes: AtomicU64::new(0),
+            offload_batches: AtomicU64::new(0),
+            search_nanos: AtomicU64::new(0),
+            offload_nanos: AtomicU64::new(0),
+            upload_nanos: AtomicU64::new(0),
         }
     }
 }
@@ -233,6 +274,11 @@ impl Budget {
         self.host_release(bytes);
     }
 
+    pub(crate) fn count_upload_time(&self, elapsed: std::time::Duration) {
+        self.upload_nanos
+            .fetch_add(elapsed.as_nanos() as u64, Relaxed);
+    }
+
     pub(crate) fn host_release(&self, bytes: u64) {
         self.host_bytes.fetch_sub(bytes, Relaxed);
     }
@@ -249,6 +295,10 @@ impl Budget {
             uploaded_bytes: self.uploaded_bytes.load(Relaxed),
             host_bytes: self.host_bytes.load(Relaxed),
             peak_host_bytes: self.peak_host_bytes.load(Relaxed),
+            offload_batches: self.offload_batches.load(Relaxed),
+            search_nanos: self.search_nanos.load(Relaxed),
+            offload_nanos: self.offload_nanos.load(Relaxed),
+            upload_nanos: self.upload_nanos.load(Relaxed),
         }
     }
 
@@ -275,7 +325,7 @@ impl Budget {
                 && !keep.contains(&address)
                 && cell.status() == Status::Resident
             {
-                cell.evict(crate::policy::Action::Recompute);
+                cell.evict();
             }
         }
     }
@@ -326,55 +376,94 @@ impl Budget {
     }
 
     fn evict_down(&self, ledger: &Ledger, limit: u64) {
+        let started = std::time::Instant::now();
         let now = self.clock.load(Relaxed);
         let policy = self.policy();
         // Evict a little below the limit, so the next few ops do not each search again.
         let target = limit - limit / 16;
+        let best = |cells: Vec<Arc<dyn CellDyn>>| {
+            cells
+                .into_iter()
+                .filter_map(|cell| Some((cell.candidate(now, &policy, false)?, cell)))
+                .min_by(|a, b| {
+                    let (a, b) = (a.0.rank(), b.0.rank());
+                    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+                })
+        };
+        // As DTR does, score a random sample of about sqrt(n) tensors per eviction rather
+        // than all n, as long as the sample holds one to recompute.
         let mut round = 0u64;
         let mut failures = 0;
         while ledger.live_bytes() > target && failures < 8 {
             round += 1;
-            // As DTR does, score a random sample of about sqrt(n) tensors per eviction
-            // rather than all n; when the sample has nothing to evict, look at all of them.
-            let best = |cells: Vec<Arc<dyn CellDyn>>| {
-                cells
-                    .into_iter()
-                    .filter_map(|cell| Some((cell.candidate(now, &policy, false)?, cell)))
-                    .min_by(|a, b| {
-                        let (a, b) = (a.0.rank(), b.0.rank());
-                        a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
-                    })
-            };
-            let sampled = best(self.sample(now ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-            // An offload stalls the device: look at every tensor for one to recompute first.
-            let chosen = match sampled {
-                Some((candidate, _)) if candidate.action == Action::Offload => {
-                    best(self.cells()).or(sampled)
+            match best(self.sample(now ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15))) {
+                Some((candidate, cell)) if candidate.action == Action::Recompute => {
+                    match cell.evict() {
+                        true => failures = 0,
+                        // Another thread may be using the cell; try others a few times.
+                        false => failures += 1,
+                    }
                 }
-                Some(_) => sampled,
-                None => best(self.cells()),
-            };
-            // Before offloading, try buffers shared by several tensors (a tensor and its
-            // views), which no single eviction frees.
-            if chosen
-                .as_ref()
-                .is_none_or(|c| c.0.action == Action::Offload)
-                && let Some(group) = self.shared_group(now, &policy)
-            {
-                for cell in group {
-                    cell.evict(Action::Recompute);
-                }
-                continue;
-            }
-            match chosen {
-                // Another thread may be using the cell; try others a few times.
-                Some((candidate, cell)) => match cell.evict(candidate.action) {
-                    true => failures = 0,
-                    false => failures += 1,
-                },
-                None => break,
+                _ => break,
             }
         }
+        let waited = if ledger.live_bytes() > target {
+            self.evict_from_all(ledger, target, now, &policy)
+        } else {
+            0
+        };
+        let elapsed = started.elapsed().as_nanos() as u64;
+        self.search_nanos
+            .fetch_add(elapsed.saturating_sub(waited), Relaxed);
+    }
+
+    /// The slow path of [`Self::evict_down`], when the sample has nothing to recompute: one
+    /// scan of every tensor, then recomputable tensors in order of score, then buffers
+    /// shared by several recomputable tensors, then offloads, all read in one batch. Returns
+    /// the nanoseconds spent waiting for that read.
+    fn evict_from_all(&self, ledger: &Ledger, target: u64, now: u64, policy: &Policy) -> u64 {
+        let mut ranked: Vec<_> = self
+            .cells()
+            .into_iter()
+            .filter_map(|cell| Some((cell.candidate(now, policy, false)?, cell)))
+            .collect();
+        ranked.sort_by(|a, b| {
+            let (a, b) = (a.0.rank(), b.0.rank());
+            a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+        });
+        let (recompute, offload): (Vec<_>, Vec<_>) = ranked
+            .into_iter()
+            .partition(|(candidate, _)| candidate.action == Action::Recompute);
+        for (_, cell) in recompute {
+            if ledger.live_bytes() <= target {
+                return 0;
+            }
+            cell.evict();
+        }
+        // A tensor and its views share a buffer that no single eviction frees.
+        while ledger.live_bytes() > target
+            && let Some(group) = self.shared_group(now, policy)
+        {
+            if !group.iter().fold(false, |any, cell| cell.evict() || any) {
+                break;
+            }
+        }
+        let mut batch: Option<Box<dyn crate::remat::HostBatch>> = None;
+        for (_, cell) in offload {
+            if ledger.live_bytes() <= target {
+                break;
+            }
+            batch.get_or_insert_with(|| cell.host_batch()).add(&cell);
+        }
+        let Some(batch) = batch else { return 0 };
+        let started = std::time::Instant::now();
+        if batch.finish() == 0 {
+            return 0;
+        }
+        let waited = started.elapsed().as_nanos() as u64;
+        self.offload_batches.fetch_add(1, Relaxed);
+        self.offload_nanos.fetch_add(waited, Relaxed);
+        waited
     }
 }
 

@@ -19,11 +19,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use burn_backend::ops::TransactionPrimitive;
 use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
 
 use crate::ledger::Ledger;
 use crate::ops::OpId;
-use crate::policy::{Action, Candidate, Policy};
+use crate::policy::{Candidate, Policy};
 use crate::tensor::Storage;
 
 /// Which of the backend's four tensor kinds a cell holds, with the calls needed to move it to
@@ -31,38 +32,106 @@ use crate::tensor::Storage;
 pub(crate) trait Kind<B: Backend>: Send + Sync + 'static {
     type Prim: TensorMetadata + Clone + Send + Sync + 'static;
     fn device(tensor: &Self::Prim) -> B::Device;
-    fn to_host(tensor: Self::Prim) -> TensorData;
     fn from_host(data: TensorData, device: &B::Device) -> Self::Prim;
+    /// Adds `tensor` to a transaction's reads; the slot says where its data comes back.
+    fn push_read(tensor: Self::Prim, transaction: &mut TransactionPrimitive<B>) -> ReadSlot;
 }
 
-fn read_back(result: Result<TensorData, burn_backend::ExecutionError>) -> TensorData {
-    result
-        .unwrap_or_else(|err| panic!("frugal: offloading a tensor to host memory failed: {err:?}"))
+/// Where one tensor's data is in a transaction's result.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReadSlot {
+    Float(usize),
+    Int(usize),
+    Bool(usize),
+    Quantized(usize),
 }
 
 macro_rules! kinds {
-    ($($kind:ident: $prim:ident, $device:ident, $into:ident, $from:ident;)*) => {$(
+    ($($kind:ident: $prim:ident, $device:ident, $from:ident, $reads:ident, $slot:ident;)*) => {$(
         pub(crate) struct $kind;
         impl<B: Backend> Kind<B> for $kind {
             type Prim = B::$prim;
             fn device(tensor: &Self::Prim) -> B::Device {
                 B::$device(tensor)
             }
-            fn to_host(tensor: Self::Prim) -> TensorData {
-                read_back(burn_std::future::block_on(B::$into(tensor)))
-            }
             fn from_host(data: TensorData, device: &B::Device) -> Self::Prim {
                 B::$from(data, device)
+            }
+            fn push_read(
+                tensor: Self::Prim,
+                transaction: &mut TransactionPrimitive<B>,
+            ) -> ReadSlot {
+                transaction.$reads.push(tensor);
+                ReadSlot::$slot(transaction.$reads.len() - 1)
             }
         }
     )*};
 }
 
 kinds! {
-    FloatKind: FloatTensorPrimitive, float_device, float_into_data, float_from_data;
-    IntKind: IntTensorPrimitive, int_device, int_into_data, int_from_data;
-    BoolKind: BoolTensorPrimitive, bool_device, bool_into_data, bool_from_data;
-    QuantKind: QuantizedTensorPrimitive, q_device, q_into_data, q_from_data;
+    FloatKind: FloatTensorPrimitive, float_device, float_from_data, read_floats, Float;
+    IntKind: IntTensorPrimitive, int_device, int_from_data, read_ints, Int;
+    BoolKind: BoolTensorPrimitive, bool_device, bool_from_data, read_bools, Bool;
+    QuantKind: QuantizedTensorPrimitive, q_device, q_from_data, read_qfloats, Quantized;
+}
+
+/// Tensors on their way to host memory. They are read back together in one transaction: each
+/// read from a GPU waits for the device's queue to drain, so one wait for many tensors instead
+/// of one per tensor keeps the device busy.
+pub(crate) trait HostBatch {
+    /// Moves `cell`'s data into the batch (its device bytes leave the ledger now); `false` if
+    /// the cell cannot be offloaded any more.
+    fn add(&mut self, cell: &Arc<dyn CellDyn>) -> bool;
+    /// Reads every tensor of the batch and hands each cell its host copy; returns how many.
+    fn finish(self: Box<Self>) -> usize;
+}
+
+struct HostBatchOf<B: Backend> {
+    transaction: TransactionPrimitive<B>,
+    pending: Vec<(Arc<dyn CellDyn>, ReadSlot)>,
+}
+
+impl<B: Backend> HostBatch for HostBatchOf<B> {
+    fn add(&mut self, cell: &Arc<dyn CellDyn>) -> bool {
+        match cell.begin_offload(&mut self.transaction) {
+            Some(slot) => {
+                self.pending.push((cell.clone(), slot));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn finish(self: Box<Self>) -> usize {
+        let this = *self;
+        let count = this.pending.len();
+        if count == 0 {
+            return 0;
+        }
+        let data =
+            burn_std::future::block_on(B::tr_execute(this.transaction)).unwrap_or_else(|err| {
+                panic!("frugal: offloading tensors to host memory failed: {err:?}")
+            });
+        let mut lists = [
+            data.read_floats.into_iter().map(Some).collect::<Vec<_>>(),
+            data.read_ints.into_iter().map(Some).collect(),
+            data.read_bools.into_iter().map(Some).collect(),
+            data.read_qfloats.into_iter().map(Some).collect(),
+        ];
+        for (cell, slot) in this.pending {
+            let (list, index) = match slot {
+                ReadSlot::Float(i) => (0, i),
+                ReadSlot::Int(i) => (1, i),
+                ReadSlot::Bool(i) => (2, i),
+                ReadSlot::Quantized(i) => (3, i),
+            };
+            let data = lists[list][index]
+                .take()
+                .expect("frugal: internal error: a transaction read came back short");
+            cell.finish_offload(data);
+        }
+        count
+    }
 }
 
 /// How to compute a cell again: a closure over its inputs' cells (or kept copies of unmanaged
@@ -88,6 +157,8 @@ pub(crate) enum Status {
     Resident,
     Evicted,
     Offloaded,
+    /// In a [`HostBatch`] that has not been read yet.
+    Offloading,
     Gone,
 }
 
@@ -95,6 +166,7 @@ enum State<P> {
     Resident(P, Arc<Storage>),
     Evicted,
     Offloaded(TensorData),
+    Offloading,
     Gone,
 }
 
@@ -104,6 +176,7 @@ impl<P> State<P> {
             State::Resident(..) => Status::Resident,
             State::Evicted => Status::Evicted,
             State::Offloaded(_) => Status::Offloaded,
+            State::Offloading => Status::Offloading,
             State::Gone => Status::Gone,
         }
     }
@@ -173,9 +246,16 @@ pub(crate) trait CellDyn: Send + Sync {
     fn candidate(&self, now: u64, policy: &Policy, shared: bool) -> Option<Candidate>;
     /// The address of a resident cell's storage record and how many hold it.
     fn storage_holders(&self) -> Option<(usize, usize)>;
-    /// Evicts the cell with `action`, returning whether it was evicted. Never blocks: a cell
-    /// in use elsewhere is skipped.
-    fn evict(&self, action: Action) -> bool;
+    /// Evicts the cell to be recomputed when read, returning whether it was evicted. Never
+    /// blocks: a cell in use elsewhere is skipped. (Offloading goes through [`HostBatch`].)
+    fn evict(&self) -> bool;
+    /// A batch for offloading cells of this one's backend together.
+    fn host_batch(&self) -> Box<dyn HostBatch>;
+    /// Moves the data of a resident, unpinned, unshared cell into `transaction` (a
+    /// `TransactionPrimitive` of this cell's backend) and marks it offloading.
+    fn begin_offload(&self, transaction: &mut dyn std::any::Any) -> Option<ReadSlot>;
+    /// Stores the host copy read by the batch.
+    fn finish_offload(&self, data: TensorData);
     fn depth(&self) -> u32;
     fn shape_ref(&self) -> &Shape;
     fn add_dependent(&self);
@@ -324,7 +404,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             match input.try_status()? {
                 Status::Gone => return None,
                 Status::Evicted => depth = depth.max(input.depth()),
-                Status::Resident | Status::Offloaded => {}
+                Status::Resident | Status::Offloaded | Status::Offloading => {}
             }
         }
         (depth < max_depth).then_some(depth + 1)
@@ -387,7 +467,8 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 drop(slot);
                 drop(recipe);
             }
-            Status::Evicted | Status::Gone => {}
+            // A batch is reading it: `finish_offload` settles it.
+            Status::Evicted | Status::Offloading | Status::Gone => {}
         }
     }
 }
@@ -423,7 +504,12 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 recipe
                     .inputs
                     .iter()
-                    .filter(|input| matches!(input.status(), Status::Evicted | Status::Offloaded))
+                    .filter(|input| {
+                        matches!(
+                            input.status(),
+                            Status::Evicted | Status::Offloaded | Status::Offloading
+                        )
+                    })
                     .cloned()
                     .collect()
             })
@@ -432,6 +518,12 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
 
     fn restore_one(&self) {
         let mut slot = self.lock();
+        // Another thread's eviction is reading it to the host; it is back in a moment.
+        while slot.state.status() == Status::Offloading {
+            drop(slot);
+            std::thread::yield_now();
+            slot = self.lock();
+        }
         let ledger = self.core.ledger;
         match std::mem::replace(&mut slot.state, State::Gone) {
             State::Resident(tensor, storage) => slot.state = State::Resident(tensor, storage),
@@ -459,11 +551,14 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 }
             }
             State::Offloaded(data) => {
+                let started = std::time::Instant::now();
                 let tensor = K::from_host(data, &self.device);
+                ledger.budget.count_upload_time(started.elapsed());
                 let storage = Arc::new(ledger.charge(&tensor, self.core.op));
                 ledger.budget.count_upload(self.core.bytes);
                 slot.state = State::Resident(tensor, storage);
             }
+            State::Offloading => unreachable!("waited for above"),
             State::Gone => panic!(
                 "frugal: internal error: a {} tensor ({} bytes) was read after it was freed",
                 self.core.op.name(),
@@ -514,7 +609,7 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         )
     }
 
-    fn evict(&self, action: Action) -> bool {
+    fn evict(&self) -> bool {
         if self.core.pins.load(Relaxed) > 0 {
             return false;
         }
@@ -524,32 +619,54 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         let State::Resident(..) = &slot.state else {
             return false;
         };
-        match action {
-            Action::Recompute => {
-                let max_depth = self.core.ledger.budget.policy().max_depth;
-                let Some(depth) = Self::can_recompute(&slot, max_depth) else {
-                    return false;
-                };
-                slot.depth = depth;
-                slot.state = State::Evicted;
-                for input in &slot.recipe.as_ref().expect("checked").inputs {
-                    input.add_dependent();
-                }
-                self.core.ledger.budget.count_eviction(self.core.bytes);
-            }
-            Action::Offload => {
-                let State::Resident(tensor, storage) =
-                    std::mem::replace(&mut slot.state, State::Gone)
-                else {
-                    unreachable!()
-                };
-                drop(storage);
-                let data = K::to_host(tensor);
-                self.core.ledger.budget.count_offload(self.core.bytes);
-                slot.state = State::Offloaded(data);
-            }
+        let max_depth = self.core.ledger.budget.policy().max_depth;
+        let Some(depth) = Self::can_recompute(&slot, max_depth) else {
+            return false;
+        };
+        slot.depth = depth;
+        slot.state = State::Evicted;
+        for input in &slot.recipe.as_ref().expect("checked").inputs {
+            input.add_dependent();
         }
+        self.core.ledger.budget.count_eviction(self.core.bytes);
         true
+    }
+
+    fn host_batch(&self) -> Box<dyn HostBatch> {
+        Box::new(HostBatchOf::<B> {
+            transaction: TransactionPrimitive::new(Vec::new(), Vec::new(), Vec::new(), Vec::new()),
+            pending: Vec::new(),
+        })
+    }
+
+    fn begin_offload(&self, transaction: &mut dyn std::any::Any) -> Option<ReadSlot> {
+        let transaction = transaction.downcast_mut::<TransactionPrimitive<B>>()?;
+        if self.core.pins.load(Relaxed) > 0 || self.core.strided {
+            return None;
+        }
+        let mut slot = self.slot.try_lock().ok()?;
+        let State::Resident(_, storage) = &slot.state else {
+            return None;
+        };
+        if Arc::strong_count(storage) != 1 {
+            return None;
+        }
+        let State::Resident(tensor, storage) =
+            std::mem::replace(&mut slot.state, State::Offloading)
+        else {
+            unreachable!("checked above")
+        };
+        drop(storage);
+        Some(K::push_read(tensor, transaction))
+    }
+
+    fn finish_offload(&self, data: TensorData) {
+        let mut slot = self.lock();
+        self.core.ledger.budget.count_offload(self.core.bytes);
+        slot.state = State::Offloaded(data);
+        drop(slot);
+        // Dropped while it was being read: free the host copy unless an evicted tensor needs it.
+        self.settle();
     }
 
     fn depth(&self) -> u32 {
@@ -660,7 +777,7 @@ impl<B: Backend, K: Kind<B>> Drop for Cell<B, K> {
                 }
             }
             State::Offloaded(_) => self.core.ledger.budget.host_release(self.core.bytes),
-            State::Resident(..) | State::Gone => {}
+            State::Resident(..) | State::Offloading | State::Gone => {}
         }
     }
 }

@@ -188,6 +188,19 @@ impl fmt::Display for MemoryReport {
                 format_bytes(remat.peak_host_bytes),
                 ""
             )?;
+            writeln!(
+                f,
+                "| {:<26}|{:>15} |{:>15} |{:>13} |",
+                "Time (ms)", "searching", "offload waits", "uploads"
+            )?;
+            writeln!(
+                f,
+                "| {:<26}|{:>15.1} |{:>15.1} |{:>13.1} |",
+                format!("  {} offload batches", remat.offload_batches),
+                remat.search_nanos as f64 / 1e6,
+                remat.offload_nanos as f64 / 1e6,
+                remat.upload_nanos as f64 / 1e6,
+            )?;
         }
         if let Some(pool) = &self.pool {
             rule(f, '-')?;

@@ -212,22 +212,6 @@ struct MemoryLog<'a> {
     snapshot: &'a memory::Snapshot,
 }
 
-/// Counters of `now` since `start` (host bytes are levels, kept as they are now).
-fn remat_delta(start: &RematStats, now: &RematStats) -> RematStats {
-    RematStats {
-        evictions: now.evictions - start.evictions,
-        evicted_bytes: now.evicted_bytes - start.evicted_bytes,
-        recomputes: now.recomputes - start.recomputes,
-        recomputed_bytes: now.recomputed_bytes - start.recomputed_bytes,
-        offloads: now.offloads - start.offloads,
-        offloaded_bytes: now.offloaded_bytes - start.offloaded_bytes,
-        uploads: now.uploads - start.uploads,
-        uploaded_bytes: now.uploaded_bytes - start.uploaded_bytes,
-        host_bytes: now.host_bytes,
-        peak_host_bytes: now.peak_host_bytes,
-    }
-}
-
 /// Clears the device's budget and policy when a run ends, however it ends, so that the
 /// caller's later work on the device is not managed by mistake.
 struct BudgetGuard<'a, D: burn::tensor::backend::DeviceOps + 'static>(&'a D);
@@ -421,7 +405,7 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
     }
     bar.finish();
     let snapshot = memory::snapshot(&device);
-    let remat = remat_delta(&remat_start, &memory::remat_stats(&device));
+    let remat = memory::remat_stats(&device).since(&remat_start);
     memory::record_timeline(&device, 0);
     save_checkpoint(args, &model, &optim, args.steps, &log)?;
 
@@ -571,7 +555,7 @@ fn step_failure<D: burn::tensor::backend::DeviceOps + 'static>(
                 "\n  the memory budget is {} (--budget, evicting by {}); so far: {}",
                 format_bytes(bytes),
                 args.evict.label(),
-                remat_summary(&remat_delta(remat_start, &memory::remat_stats(device)))
+                remat_summary(&memory::remat_stats(device).since(remat_start))
             ),
             format!(
                 "a larger --budget than {}{}, ",

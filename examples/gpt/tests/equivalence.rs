@@ -102,13 +102,7 @@ fn budgeted(
     frugal::memory::set_budget(&device, None);
     frugal::memory::set_policy(&device, Policy::default());
     let after = frugal::memory::remat_stats(&device);
-    let stats = frugal::RematStats {
-        evictions: after.evictions - before.evictions,
-        recomputes: after.recomputes - before.recomputes,
-        offloads: after.offloads - before.offloads,
-        uploads: after.uploads - before.uploads,
-        ..after
-    };
+    let stats = after.since(&before);
     (out, stats)
 }
 

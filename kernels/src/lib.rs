@@ -1,0 +1,37 @@
+//! CubeCL kernels for Frugal's mixed precision.
+//!
+//! Every kernel is generic over the CubeCL runtime `R` and works on contiguous device buffers:
+//! a cubecl [`Handle`](cubecl::server::Handle) plus an element count. The host-side functions
+//! check their inputs (dtype support on the runtime, buffer sizes, lengths, scale values) and
+//! return a [`KernelError`] instead of panicking.
+//!
+//! - [`cast`] and the named casts ([`cast_f32_to_f16`], [`cast_f16_to_f32`],
+//!   [`cast_f32_to_bf16`], [`cast_bf16_to_f32`]): round to nearest even, the same bits as
+//!   `half::f16::from_f32` / `half::bf16::from_f32` and as Burn's own cast.
+//! - [`cast_scaled`]: `out = cast(x * scale)`, the product taken in f32.
+//! - [`unscale_and_check`]: multiplies many f32 gradient buffers in place by `inv_scale` in a few
+//!   launches and raises a device-side [`FoundInf`] flag if any result is NaN or ±inf.
+//! - [`compress`] / [`decompress`]: f32 to f16 or bf16 storage at rest and back ([`Compressed`]).
+//!
+//! Loads and stores are vectorised with the widest vector size the runtime favours for the
+//! element type that divides the length (falling back to 1).
+#![warn(missing_docs)]
+
+/// The CubeCL crate these kernels are built with (the same version Burn 0.21 uses), so callers
+/// can name runtimes, clients and handles without a separate dependency.
+pub use cubecl;
+
+mod cast;
+mod dtype;
+mod error;
+mod storage;
+mod unscale;
+
+pub use cast::{
+    cast, cast_bf16_to_f32, cast_f16_to_f32, cast_f32_to_bf16, cast_f32_to_f16, cast_scaled, copy,
+    vector_size_for,
+};
+pub use dtype::FloatDtype;
+pub use error::KernelError;
+pub use storage::{Compressed, StorageDtype, compress, decompress};
+pub use unscale::{FoundInf, unscale_and_check, unscale_and_check_into, unscale_group_size};
