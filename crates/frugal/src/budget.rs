@@ -444,7 +444,8 @@ impl Budget {
         while ledger.live_bytes() > target
             && let Some(group) = self.shared_group(now, policy)
         {
-            if !group.iter().fold(false, |any, cell| cell.evict() || any) {
+            // Every cell of the group must go for the buffer to be freed: no short circuit.
+            if group.iter().filter(|cell| cell.evict()).count() == 0 {
                 break;
             }
         }
