@@ -31,11 +31,13 @@ mod policy;
 mod pool;
 mod remat;
 mod report;
+mod scaler;
 mod scope;
 mod tensor;
 
 pub use backend::Frugal;
 pub use budget::{ParseBytesError, RematStats, parse_bytes};
 pub use policy::{Action, EvictionMode, Policy};
+pub use scaler::{GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep};
 pub use scope::{ScopeOutput, checkpoint};
 pub use tensor::FrugalTensor;

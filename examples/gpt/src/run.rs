@@ -10,7 +10,7 @@ use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::Backend;
 use clap::{Parser, ValueEnum};
 use frugal::memory::{self, format_bytes};
-use frugal::{EvictionMode, Frugal, Policy, RematStats};
+use frugal::{EvictionMode, Frugal, GradScaler, GradScalerState, Policy, RematStats};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
@@ -128,6 +128,12 @@ pub struct TrainArgs {
     /// forward pass and recomputed in the backward pass.
     #[arg(long)]
     pub checkpoint_blocks: bool,
+    /// Dynamic loss scaling (`frugal::GradScaler`, PyTorch's defaults: scale 65536, doubled
+    /// after 2,000 clean steps, halved and the step skipped when a gradient is inf or NaN).
+    /// Meant for f16 training; in f32 the power-of-two scale gives the same losses. Its state
+    /// is saved in the checkpoints.
+    #[arg(long)]
+    pub loss_scale: bool,
     /// How the budget frees memory: recompute, offload to host memory, or auto (the cheaper).
     #[arg(long, value_enum, default_value = "auto")]
     pub evict: Evict,
@@ -182,6 +188,12 @@ pub struct StepLog {
     pub live_bytes: u64,
     /// Ledger peak bytes since the start of the run.
     pub peak_bytes: u64,
+    /// With `--loss-scale`: the scale this step's loss was multiplied by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f32>,
+    /// With `--loss-scale`: the step was skipped (a gradient was inf or NaN).
+    #[serde(default)]
+    pub skipped: bool,
 }
 
 /// What a checkpoint holds besides the model and optimizer records.
@@ -196,6 +208,9 @@ struct TrainState {
     seq: usize,
     /// The log so far, so a resumed run's log is the whole run's.
     log: Vec<StepLog>,
+    /// The loss scaler's state, with `--loss-scale`.
+    #[serde(default)]
+    grad_scaler: Option<GradScalerState>,
 }
 
 type Ad<B> = Autodiff<Frugal<B>>;
@@ -263,6 +278,9 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         }
     };
     let mut optim = train::optimizer::<Ad<B>>();
+    let mut scaler = args
+        .loss_scale
+        .then(|| GradScaler::new(Default::default()).expect("PyTorch's defaults are valid"));
     let mut log = Vec::with_capacity(args.steps as usize);
     let mut first = 0;
     if args.resume {
@@ -288,6 +306,22 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
                         state.seq,
                         state.seed
                     ));
+                }
+                match (state.grad_scaler, args.loss_scale) {
+                    (Some(saved), true) => {
+                        scaler = Some(GradScaler::from_state(saved).map_err(|e| {
+                            format!("checkpoint {}: loss scaler: {e}", dir.display())
+                        })?);
+                    }
+                    (None, false) => {}
+                    (saved, _) => {
+                        return Err(format!(
+                            "checkpoint {} was made {} --loss-scale; resume {} it",
+                            dir.display(),
+                            if saved.is_some() { "with" } else { "without" },
+                            if saved.is_some() { "with" } else { "without" },
+                        ));
+                    }
                 }
                 first = state.next_step;
                 log = state.log;
@@ -342,17 +376,36 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         // A device out-of-memory surfaces as a panic deep inside the inner backend; catch it
         // to say what held the memory and which flags would help, instead of a backtrace.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            train::step_with(
-                model,
-                &mut optim,
-                batch,
-                args.lr,
-                &device,
-                args.checkpoint_blocks,
-                |phase: Phase| memory::mark(&device, phase.label()),
-            )
+            let on_phase = |phase: Phase| memory::mark(&device, phase.label());
+            match scaler.as_mut() {
+                Some(scaler) => {
+                    let (next, loss, outcome) = train::step_scaled(
+                        model,
+                        &mut optim,
+                        batch,
+                        args.lr,
+                        &device,
+                        args.checkpoint_blocks,
+                        scaler,
+                        on_phase,
+                    );
+                    (next, loss, Some(outcome))
+                }
+                None => {
+                    let (next, loss) = train::step_with(
+                        model,
+                        &mut optim,
+                        batch,
+                        args.lr,
+                        &device,
+                        args.checkpoint_blocks,
+                        on_phase,
+                    );
+                    (next, loss, None)
+                }
+            }
         }));
-        let (next, loss) = match outcome {
+        let (next, loss, scaled) = match outcome {
             Ok(result) => result,
             Err(panic) => {
                 return Err(step_failure(
@@ -384,6 +437,8 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
             tokens_per_s: (args.batch * args.seq) as f64 / (step_ms / 1e3),
             live_bytes: memory::live_bytes(&device),
             peak_bytes: memory::peak_bytes(&device),
+            loss_scale: scaled.map(|s| s.scale),
+            skipped: scaled.is_some_and(|s| s.skipped),
         };
         let budget = args
             .budget
@@ -400,14 +455,14 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         log.push(entry);
         let done = step + 1;
         if args.save_every > 0 && done % args.save_every == 0 && done < args.steps {
-            save_checkpoint(args, &model, &optim, done, &log)?;
+            save_checkpoint(args, &model, &optim, scaler.as_ref(), done, &log)?;
         }
     }
     bar.finish();
     let snapshot = memory::snapshot(&device);
     let remat = memory::remat_stats(&device).since(&remat_start);
     memory::record_timeline(&device, 0);
-    save_checkpoint(args, &model, &optim, args.steps, &log)?;
+    save_checkpoint(args, &model, &optim, scaler.as_ref(), args.steps, &log)?;
 
     std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("cannot create --out {}: {e}", args.out.display()))?;
@@ -608,6 +663,7 @@ fn save_checkpoint<B: Backend>(
     args: &TrainArgs,
     model: &Gpt<Ad<B>>,
     optim: &GptOptimizer<Ad<B>>,
+    scaler: Option<&GradScaler>,
     next_step: u64,
     log: &[StepLog],
 ) -> Result<PathBuf, String> {
@@ -634,6 +690,7 @@ fn save_checkpoint<B: Backend>(
         heads: args.heads,
         seq: args.seq,
         log: log.to_vec(),
+        grad_scaler: scaler.map(GradScaler::state),
     };
     std::fs::write(
         tmp_dir.join("state.json"),

@@ -4,6 +4,7 @@
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer, adaptor::OptimizerAdaptor};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use frugal::{GradScaler, ScaledStep};
 
 use crate::data::Batch;
 use crate::model::Gpt;
@@ -65,19 +66,80 @@ pub fn step_with<B: AutodiffBackend>(
     lr: f64,
     device: &B::Device,
     checkpoint_blocks: bool,
-    mut on_phase: impl FnMut(Phase),
+    on_phase: impl FnMut(Phase),
 ) -> (Gpt<B>, f32) {
+    let (model, loss, _) = run_step(
+        model,
+        optim,
+        batch,
+        lr,
+        device,
+        checkpoint_blocks,
+        None,
+        on_phase,
+    );
+    (model, loss)
+}
+
+/// As [`step_with`], with dynamic loss scaling: the loss is multiplied by `scaler`'s scale
+/// before the backward pass and the gradients divided back before AdamW; a step whose
+/// gradients hold an inf or NaN is skipped and the scale backs off. The loss returned is the
+/// unscaled one.
+#[allow(clippy::too_many_arguments)]
+pub fn step_scaled<B: AutodiffBackend>(
+    model: Gpt<B>,
+    optim: &mut GptOptimizer<B>,
+    batch: Batch,
+    lr: f64,
+    device: &B::Device,
+    checkpoint_blocks: bool,
+    scaler: &mut GradScaler,
+    on_phase: impl FnMut(Phase),
+) -> (Gpt<B>, f32, ScaledStep) {
+    let (model, loss, outcome) = run_step(
+        model,
+        optim,
+        batch,
+        lr,
+        device,
+        checkpoint_blocks,
+        Some(scaler),
+        on_phase,
+    );
+    (model, loss, outcome.expect("a scaler was given"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_step<B: AutodiffBackend>(
+    model: Gpt<B>,
+    optim: &mut GptOptimizer<B>,
+    batch: Batch,
+    lr: f64,
+    device: &B::Device,
+    checkpoint_blocks: bool,
+    scaler: Option<&mut GradScaler>,
+    mut on_phase: impl FnMut(Phase),
+) -> (Gpt<B>, f32, Option<ScaledStep>) {
     let shape = [batch.batch, batch.seq];
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.inputs, shape), device);
     let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.targets, shape), device);
     on_phase(Phase::Start);
     let loss = model.loss_with(tokens, targets, checkpoint_blocks);
     on_phase(Phase::Forward);
-    let grads = loss.backward();
+    let grads = match &scaler {
+        Some(scaler) => scaler.scale_loss(loss.clone()).backward(),
+        None => loss.backward(),
+    };
     let loss_value = loss.into_scalar().elem::<f32>();
     on_phase(Phase::Backward);
     let grads = GradientsParams::from_grads(grads, &model);
-    let model = optim.step(lr, model, grads);
+    let (model, outcome) = match scaler {
+        Some(scaler) => {
+            let (model, outcome) = scaler.step(lr, model, optim, grads);
+            (model, Some(outcome))
+        }
+        None => (optim.step(lr, model, grads), None),
+    };
     on_phase(Phase::Optimizer);
-    (model, loss_value)
+    (model, loss_value, outcome)
 }
