@@ -4,39 +4,11 @@
 //!
 //! One test function: NdArray's seed is process-wide, so runs must not interleave.
 
+mod common;
+
 use burn::backend::NdArray;
-use clap::Parser;
-use gpt::run::{StepLog, TrainArgs, train};
-
-fn args(out: &std::path::Path, steps: u64, extra: &[&str]) -> TrainArgs {
-    let steps = steps.to_string();
-    let mut argv = vec![
-        "gpt",
-        "--layers",
-        "1",
-        "--d-model",
-        "16",
-        "--heads",
-        "2",
-        "--seq",
-        "16",
-        "--batch",
-        "2",
-        "--lr",
-        "1e-2",
-        "--quiet",
-        "--steps",
-        &steps,
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    argv.extend_from_slice(extra);
-    TrainArgs::parse_from(argv)
-}
-
-fn bits(log: &[StepLog]) -> Vec<(u64, u32)> {
-    log.iter().map(|s| (s.step, s.loss.to_bits())).collect()
-}
+use common::{args, bits};
+use gpt::run::train;
 
 #[test]
 fn loss_scaling_is_exact_in_f32_and_resumes_exactly() {
