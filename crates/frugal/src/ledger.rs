@@ -13,6 +13,7 @@ use burn_backend::{DeviceId, DeviceOps, TensorMetadata};
 
 use crate::budget::Budget;
 use crate::ops::{OP_COUNT, OpId};
+use crate::precision::PrecisionTable;
 use crate::report::{Event, EventKind};
 use crate::tensor::{Storage, tensor_bytes};
 
@@ -34,6 +35,8 @@ pub(crate) struct Ledger {
     timeline: Mutex<Timeline>,
     /// The device's memory budget and what it has evicted.
     pub(crate) budget: Budget,
+    /// The device's autocast table (all `Keep` while autocast is off).
+    pub(crate) precision: PrecisionTable,
 }
 
 pub(crate) struct Timeline {
@@ -71,6 +74,7 @@ impl Ledger {
                 next_seq: 0,
             }),
             budget: Budget::default(),
+            precision: PrecisionTable::default(),
         }
     }
 

@@ -534,6 +534,59 @@ macro_rules! push_cells {
 }
 pub(crate) use push_cells;
 
+/// Adds a float argument's dtype to autocast's set (other arguments add nothing).
+macro_rules! note_dtype {
+    (F, $a:ident, $s:ident) => {
+        $s.add(burn_backend::TensorMetadata::dtype(&$a))
+    };
+    (OF, $a:ident, $s:ident) => {
+        if let Some(t) = &$a {
+            $s.add(burn_backend::TensorMetadata::dtype(t))
+        }
+    };
+    (VF, $a:ident, $s:ident) => {
+        $a.iter()
+            .for_each(|t| $s.add(burn_backend::TensorMetadata::dtype(t)))
+    };
+    ($other:tt, $a:ident, $s:ident) => {
+        ()
+    };
+}
+pub(crate) use note_dtype;
+
+/// A float argument cast to autocast's input type (other arguments unchanged).
+macro_rules! cast_arg {
+    (F, $a:ident, $d:expr) => {
+        $crate::precision::cast_to::<B>($a, $d)
+    };
+    (OF, $a:ident, $d:expr) => {
+        $a.map(|t| $crate::precision::cast_to::<B>(t, $d))
+    };
+    (VF, $a:ident, $d:expr) => {
+        $a.into_iter()
+            .map(|t| $crate::precision::cast_to::<B>(t, $d))
+            .collect::<Vec<_>>()
+    };
+    ($other:tt, $a:ident, $d:expr) => {
+        $a
+    };
+}
+pub(crate) use cast_arg;
+
+/// A float output cast to autocast's output type, if the plan has one.
+macro_rules! cast_out {
+    (F, $o:ident, $d:expr) => {
+        match $d {
+            Some(dtype) => $crate::precision::cast_to::<B>($o, dtype),
+            None => $o,
+        }
+    };
+    ($other:tt, $o:ident, $d:expr) => {
+        $o
+    };
+}
+pub(crate) use cast_out;
+
 /// What a recipe keeps for an argument that makes the op impossible to replay.
 pub(crate) struct NoReplay;
 
@@ -706,6 +759,19 @@ macro_rules! forward_ops {
                 fn $name($($arg: $crate::ops::frugal_ty!($kind)),*) -> $crate::ops::frugal_ty!($ret) {
                     let ledger = $crate::ops::ledger_of!($($kind $arg)*);
                     let id = op(Op::$name);
+                    // Autocast: 0 (one byte load) unless the device has a policy.
+                    let precision = ledger.precision.code(id);
+                    #[allow(unused_variables)]
+                    if precision != 0 {
+                        #[allow(unused_mut)]
+                        let mut dtypes = $crate::precision::DtypeSet::default();
+                        $($crate::ops::note_dtype!($kind, $arg, dtypes);)*
+                        if let Some(plan) = $crate::precision::plan(precision, dtypes) {
+                            $(let $arg = $crate::ops::cast_arg!($kind, $arg, plan.input);)*
+                            let out = <Self as $trait<Self>>::$name($($arg),*);
+                            return $crate::ops::cast_out!($ret, out, plan.output);
+                        }
+                    }
                     ledger.count_call(id);
                     if !ledger.budget.managing() {
                         $(let $arg = $crate::ops::split_arg!($kind, $arg);)*

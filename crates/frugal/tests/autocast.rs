@@ -1,0 +1,232 @@
+//! Autocast differential tests on Flex (the CPU backend with bf16 and f16): every autocast
+//! result equals the same computation written with explicit casts on the inner backend, bit
+//! for bit; gradients through `Autodiff<Frugal<Flex>>` equal those of explicit casts under
+//! `Autodiff<Flex>`; parameters and gradients stay f32; switching autocast off restores plain
+//! f32 results; unsupported types and unknown ops are refused with a clear message.
+
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::tensor::{DType, Distribution, Tensor, TensorData};
+use frugal::precision::{self, AutocastPolicy, LowPrecision, OpPrecision, PrecisionError};
+use frugal::{Frugal, set_autocast};
+
+type F = Frugal<Flex>;
+
+/// The autocast table is per device, and every test here uses Flex's one device: take turns.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Turns autocast off again however the test ends.
+struct Off;
+impl Drop for Off {
+    fn drop(&mut self) {
+        set_autocast::<Flex>(&Default::default(), None).unwrap();
+    }
+}
+
+fn on(low: LowPrecision) -> Off {
+    set_autocast::<Flex>(&Default::default(), Some(AutocastPolicy::new(low))).unwrap();
+    Off
+}
+
+fn data(shape: [usize; 2], seed: u64) -> TensorData {
+    // A fixed pseudo-random pattern with values that bf16 and f16 round differently.
+    let n = shape[0] * shape[1];
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let values: Vec<f32> = (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 3.0
+        })
+        .collect();
+    TensorData::new(values, shape)
+}
+
+fn bits(t: TensorData) -> Vec<u32> {
+    t.convert::<f32>()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+#[test]
+fn matmul_runs_in_the_low_type_and_returns_f32() {
+    let _turn = serial();
+    let device = Default::default();
+    for low in [LowPrecision::BF16, LowPrecision::F16] {
+        let (a, b) = (data([33, 70], 1), data([70, 17], 2));
+        let expected = Tensor::<Flex, 2>::from_data(a.clone(), &device)
+            .cast(low.dtype())
+            .matmul(Tensor::<Flex, 2>::from_data(b.clone(), &device).cast(low.dtype()))
+            .cast(DType::F32);
+        let plain = Tensor::<Flex, 2>::from_data(a.clone(), &device)
+            .matmul(Tensor::<Flex, 2>::from_data(b.clone(), &device));
+
+        let _off = on(low);
+        let got =
+            Tensor::<F, 2>::from_data(a, &device).matmul(Tensor::<F, 2>::from_data(b, &device));
+        assert_eq!(got.dtype(), DType::F32);
+        let got = bits(got.into_data());
+        assert_eq!(got, bits(expected.into_data()), "{low:?}");
+        assert_ne!(
+            got,
+            bits(plain.into_data()),
+            "{low:?}: the low type must change the result"
+        );
+    }
+}
+
+#[test]
+fn f32_ops_upcast_low_inputs_and_mixed_inputs_promote() {
+    let _turn = serial();
+    let device = Default::default();
+    let x = data([8, 9], 3);
+    let y = data([8, 9], 4);
+    let low = |d: &TensorData| Tensor::<Flex, 2>::from_data(d.clone(), &device).cast(DType::BF16);
+    let expected_exp = low(&x).cast(DType::F32).exp();
+    let expected_sum = low(&x).cast(DType::F32).sum_dim(1);
+    let expected_add = low(&x).cast(DType::F32) + Tensor::<Flex, 2>::from_data(y.clone(), &device);
+
+    let _off = on(LowPrecision::BF16);
+    let lowf = |d: &TensorData| Tensor::<F, 2>::from_data(d.clone(), &device).cast(DType::BF16);
+    let exp = lowf(&x).exp();
+    assert_eq!(exp.dtype(), DType::F32, "exp is on the f32 list");
+    assert_eq!(bits(exp.into_data()), bits(expected_exp.into_data()));
+    let sum = lowf(&x).sum_dim(1);
+    assert_eq!(sum.dtype(), DType::F32, "sums are on the f32 list");
+    assert_eq!(bits(sum.into_data()), bits(expected_sum.into_data()));
+    let add = lowf(&x) + Tensor::<F, 2>::from_data(y, &device);
+    assert_eq!(add.dtype(), DType::F32, "bf16 + f32 promotes to f32");
+    assert_eq!(bits(add.into_data()), bits(expected_add.into_data()));
+    // A promote op on inputs of one type leaves them alone.
+    assert_eq!(lowf(&x).abs().dtype(), DType::BF16);
+}
+
+#[test]
+fn off_and_overridden_ops_are_plain_f32() {
+    let _turn = serial();
+    let device = Default::default();
+    let (a, b) = (data([16, 24], 5), data([24, 8], 6));
+    let plain = bits(
+        Tensor::<Flex, 2>::from_data(a.clone(), &device)
+            .matmul(Tensor::<Flex, 2>::from_data(b.clone(), &device))
+            .into_data(),
+    );
+    let run = || {
+        bits(
+            Tensor::<F, 2>::from_data(a.clone(), &device)
+                .matmul(Tensor::<F, 2>::from_data(b.clone(), &device))
+                .into_data(),
+        )
+    };
+    assert_eq!(run(), plain, "autocast is off by default");
+    let policy = AutocastPolicy::new(LowPrecision::BF16)
+        .with("float_matmul", OpPrecision::Keep)
+        .unwrap();
+    assert_eq!(policy.get("float_matmul"), Some(OpPrecision::Keep));
+    set_autocast::<Flex>(&device, Some(policy.clone())).unwrap();
+    let _off = Off;
+    assert_eq!(precision::autocast(&device), Some(policy));
+    assert_eq!(run(), plain, "float_matmul overridden to Keep");
+    set_autocast::<Flex>(&device, None).unwrap();
+    assert_eq!(precision::autocast(&device), None);
+    assert_eq!(run(), plain, "switched off");
+}
+
+#[test]
+fn gradients_equal_explicit_casts_and_stay_f32() {
+    let _turn = serial();
+    let device = Default::default();
+    let (x, w) = (data([12, 20], 7), data([20, 6], 8));
+
+    // Reference: explicit casts under Autodiff<Flex>.
+    type A = Autodiff<Flex>;
+    let xr = Tensor::<A, 2>::from_data(x.clone(), &device).require_grad();
+    let wr = Tensor::<A, 2>::from_data(w.clone(), &device).require_grad();
+    let yr = xr
+        .clone()
+        .cast(DType::BF16)
+        .matmul(wr.clone().cast(DType::BF16))
+        .cast(DType::F32);
+    let lr = (yr.clone() * yr).tanh().sum();
+    let gr = lr.backward();
+    let (gxr, gwr) = (xr.grad(&gr).unwrap(), wr.grad(&gr).unwrap());
+
+    type G = Autodiff<F>;
+    let _off = on(LowPrecision::BF16);
+    let xg = Tensor::<G, 2>::from_data(x, &device).require_grad();
+    let wg = Tensor::<G, 2>::from_data(w, &device).require_grad();
+    let yg = xg.clone().matmul(wg.clone());
+    assert_eq!(yg.dtype(), DType::F32);
+    let lg = (yg.clone() * yg).tanh().sum();
+    let gg = lg.backward();
+    let (gxg, gwg) = (xg.grad(&gg).unwrap(), wg.grad(&gg).unwrap());
+    assert_eq!(gxg.dtype(), DType::F32, "gradients stay f32");
+    assert_eq!(gwg.dtype(), DType::F32, "gradients stay f32");
+    assert_eq!(bits(lg.into_data()), bits(lr.into_data()));
+    assert_eq!(bits(gxg.into_data()), bits(gxr.into_data()));
+    assert_eq!(bits(gwg.into_data()), bits(gwr.into_data()));
+}
+
+#[test]
+fn casts_are_charged_and_counted() {
+    let _turn = serial();
+    let device = Default::default();
+    let count = || {
+        frugal::ops::call_counts()
+            .into_iter()
+            .find(|(_, name, _)| *name == "float_cast")
+            .unwrap()
+            .2
+    };
+    let a = Tensor::<F, 2>::random([64, 64], Distribution::Default, &device);
+    let before = count();
+    let _off = on(LowPrecision::F16);
+    let y = a.clone().matmul(a);
+    assert_eq!(y.dtype(), DType::F32);
+    // Two input casts and one output cast go through Frugal's own float_cast.
+    assert_eq!(count() - before, 3);
+}
+
+#[test]
+fn unsupported_types_and_unknown_ops_are_refused_clearly() {
+    let err = set_autocast::<NdArray>(
+        &Default::default(),
+        Some(AutocastPolicy::new(LowPrecision::BF16)),
+    )
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(
+        err,
+        PrecisionError::UnsupportedDtype {
+            dtype: DType::BF16,
+            ..
+        }
+    ));
+    assert!(
+        message.contains("BF16") && message.contains("ndarray"),
+        "{message}"
+    );
+    assert!(message.contains("neither bf16 nor f16"), "{message}");
+    assert_eq!(
+        precision::autocast(&burn::backend::ndarray::NdArrayDevice::Cpu),
+        None
+    );
+
+    let err = AutocastPolicy::new(LowPrecision::BF16)
+        .with("float_matmull", OpPrecision::Low)
+        .unwrap_err();
+    assert!(err.to_string().contains("`float_matmull`"), "{err}");
+    // The table lists the defaults.
+    let table = AutocastPolicy::new(LowPrecision::F16).table();
+    assert!(table.contains(&("FloatTensorOps", "float_matmul", OpPrecision::Low)));
+    assert!(table.contains(&("FloatTensorOps", "float_exp", OpPrecision::F32)));
+    assert!(table.contains(&("ModuleOps", "conv2d", OpPrecision::Low)));
+}
