@@ -48,6 +48,13 @@ pub struct RematStats {
     /// Nanoseconds spent handing host copies back to the device (the copies themselves may
     /// run later, asynchronously).
     pub upload_nanos: u64,
+    /// Tensors kept on the device in the 16-bit storage type (see
+    /// [`crate::memory::set_storage_precision`]).
+    pub compressions: u64,
+    /// Their bytes before compression (half of it was freed).
+    pub compressed_bytes: u64,
+    /// Compressed tensors cast back when read.
+    pub decompressions: u64,
 }
 
 impl RematStats {
@@ -69,6 +76,9 @@ impl RematStats {
             search_nanos: self.search_nanos.saturating_sub(start.search_nanos),
             offload_nanos: self.offload_nanos.saturating_sub(start.offload_nanos),
             upload_nanos: self.upload_nanos.saturating_sub(start.upload_nanos),
+            compressions: self.compressions.saturating_sub(start.compressions),
+            compressed_bytes: self.compressed_bytes.saturating_sub(start.compressed_bytes),
+            decompressions: self.decompressions.saturating_sub(start.decompressions),
         }
     }
 }
@@ -99,7 +109,15 @@ pub(crate) struct Budget {
     search_nanos: AtomicU64,
     offload_nanos: AtomicU64,
     upload_nanos: AtomicU64,
+    /// The storage type of compressed tensors: 0 none, else a [`STORE_CODES`] index + 1.
+    store: AtomicU8,
+    compressions: AtomicU64,
+    compressed_bytes: AtomicU64,
+    decompressions: AtomicU64,
 }
+
+/// Storage types for compressed tensors, by code - 1.
+const STORE_CODES: [burn_backend::DType; 2] = [burn_backend::DType::BF16, burn_backend::DType::F16];
 
 impl Default for Budget {
     fn default() -> Self {
@@ -129,6 +147,10 @@ impl Default for Budget {
             search_nanos: AtomicU64::new(0),
             offload_nanos: AtomicU64::new(0),
             upload_nanos: AtomicU64::new(0),
+            store: AtomicU8::new(0),
+            compressions: AtomicU64::new(0),
+            compressed_bytes: AtomicU64::new(0),
+            decompressions: AtomicU64::new(0),
         }
     }
 }
@@ -172,6 +194,25 @@ impl Budget {
         self.host_cost_bits
             .store(policy.host_cost_per_byte.to_bits(), Relaxed);
         self.max_depth.store(policy.max_depth, Relaxed);
+    }
+
+    /// The type f32 tensors are compressed to, if compression is on.
+    pub(crate) fn storage_dtype(&self) -> Option<burn_backend::DType> {
+        match self.store.load(Relaxed) {
+            0 => None,
+            code => Some(STORE_CODES[code as usize - 1]),
+        }
+    }
+
+    pub(crate) fn set_storage_dtype(&self, dtype: Option<burn_backend::DType>) {
+        let code = dtype.map_or(0, |d| {
+            STORE_CODES
+                .iter()
+                .position(|s| *s == d)
+                .expect("checked by the caller") as u8
+                + 1
+        });
+        self.store.store(code, Relaxed);
     }
 
     /// A logical clock, advanced by every use of a managed tensor.
@@ -274,6 +315,15 @@ impl Budget {
         self.host_release(bytes);
     }
 
+    pub(crate) fn count_compress(&self, bytes: u64) {
+        self.compressions.fetch_add(1, Relaxed);
+        self.compressed_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    pub(crate) fn count_decompress(&self, _bytes: u64) {
+        self.decompressions.fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn count_upload_time(&self, elapsed: std::time::Duration) {
         self.upload_nanos
             .fetch_add(elapsed.as_nanos() as u64, Relaxed);
@@ -299,6 +349,9 @@ impl Budget {
             search_nanos: self.search_nanos.load(Relaxed),
             offload_nanos: self.offload_nanos.load(Relaxed),
             upload_nanos: self.upload_nanos.load(Relaxed),
+            compressions: self.compressions.load(Relaxed),
+            compressed_bytes: self.compressed_bytes.load(Relaxed),
+            decompressions: self.decompressions.load(Relaxed),
         }
     }
 
@@ -397,8 +450,8 @@ impl Budget {
         while ledger.live_bytes() > target && failures < 8 {
             round += 1;
             match best(self.sample(now ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15))) {
-                Some((candidate, cell)) if candidate.action == Action::Recompute => {
-                    match cell.evict() {
+                Some((candidate, cell)) if candidate.action != Action::Offload => {
+                    match apply(candidate.action, &cell) {
                         true => failures = 0,
                         // Another thread may be using the cell; try others a few times.
                         false => failures += 1,
@@ -431,14 +484,14 @@ impl Budget {
             let (a, b) = (a.0.rank(), b.0.rank());
             a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
         });
-        let (recompute, offload): (Vec<_>, Vec<_>) = ranked
+        let (on_device, offload): (Vec<_>, Vec<_>) = ranked
             .into_iter()
-            .partition(|(candidate, _)| candidate.action == Action::Recompute);
-        for (_, cell) in recompute {
+            .partition(|(candidate, _)| candidate.action != Action::Offload);
+        for (candidate, cell) in on_device {
             if ledger.live_bytes() <= target {
                 return 0;
             }
-            cell.evict();
+            apply(candidate.action, &cell);
         }
         // A tensor and its views share a buffer that no single eviction frees.
         while ledger.live_bytes() > target
@@ -465,6 +518,14 @@ impl Budget {
         self.offload_batches.fetch_add(1, Relaxed);
         self.offload_nanos.fetch_add(waited, Relaxed);
         waited
+    }
+}
+
+/// Carries out an eviction that needs no wait for the device: recompute later, or compress.
+fn apply(action: Action, cell: &Arc<dyn CellDyn>) -> bool {
+    match action {
+        Action::Compress => cell.compress(),
+        _ => cell.evict(),
     }
 }
 

@@ -103,3 +103,33 @@ pub fn policy<D: DeviceOps + 'static>(device: &D) -> Policy {
 pub fn remat_stats<D: DeviceOps + 'static>(device: &D) -> RematStats {
     Ledger::of_device(device).budget.stats()
 }
+
+/// Lets the budget keep f32 tensors on `device` compressed to `dtype` (`LowPrecision::BF16` or
+/// `F16`), as a third eviction action beside recomputation and offload (see
+/// [`crate::policy`]); `None` switches compression off (the default: it is lossy, a
+/// compressed tensor reads back as its rounded value). Refused, naming the backend and the
+/// types it accepts, when `B` cannot store that type on `device`.
+pub fn set_storage_precision<B: burn_backend::Backend>(
+    device: &B::Device,
+    dtype: Option<crate::precision::LowPrecision>,
+) -> Result<(), crate::precision::PrecisionError>
+where
+    B::Device: DeviceOps + 'static,
+{
+    let dtype = dtype.map(|d| d.dtype());
+    if let Some(dtype) = dtype {
+        crate::precision::check_supported::<B>(device, dtype)?;
+    }
+    Ledger::of_device(device).budget.set_storage_dtype(dtype);
+    Ok(())
+}
+
+/// The storage type of compressed tensors on `device`, or `None` when compression is off.
+pub fn storage_precision<D: DeviceOps + 'static>(
+    device: &D,
+) -> Option<crate::precision::LowPrecision> {
+    match Ledger::of_device(device).budget.storage_dtype()? {
+        burn_backend::DType::F16 => Some(crate::precision::LowPrecision::F16),
+        _ => Some(crate::precision::LowPrecision::BF16),
+    }
+}

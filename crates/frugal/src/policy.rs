@@ -9,6 +9,13 @@
 //! link, [`Policy::host_cost_per_byte`] per byte. Tensors that cannot be replayed identically
 //! (random draws, uploads, empty buffers, outputs of ops that consumed their last input) can
 //! only be offloaded.
+//!
+//! With a storage type set ([`crate::memory::set_storage_precision`]), f32 tensors may also be
+//! compressed: kept on the device in bf16/f16, freeing half their bytes, for
+//! [`COMPRESS_COST_PER_BYTE`] bytes of traffic per byte (the two casts). Compression and
+//! recomputation need no wait for the device, so both rank before offloads, by score; the
+//! score counts the bytes an action frees (half, for compression). The eviction mode restricts
+//! recomputation and offload only: compression is on whenever a storage type is set.
 
 use crate::remat::CellCore;
 
@@ -19,6 +26,10 @@ pub enum Action {
     Recompute,
     /// Copy it to host memory, free the device buffer, copy it back when it is read.
     Offload,
+    /// Keep it on the device in a 16-bit storage type (see
+    /// [`crate::memory::set_storage_precision`]), cast back to f32 when it is read. Lossy: the
+    /// restored tensor is the f32 value of the rounded one.
+    Compress,
 }
 
 /// Which actions the policy may choose from.
@@ -59,6 +70,10 @@ impl Default for Policy {
     }
 }
 
+/// Device memory traffic of compressing one byte of f32 and restoring it: read 4 and write 2
+/// bytes per element, then read 2 and write 4: 12 bytes per 4-byte element.
+pub const COMPRESS_COST_PER_BYTE: f64 = 3.0;
+
 /// Estimated cost of re-running `op`, from its tensor inputs' and output's bytes.
 pub(crate) fn op_cost(op: &str, inputs: &[u64], output: u64) -> f64 {
     let traffic = inputs.iter().sum::<u64>() as f64 + output as f64;
@@ -81,7 +96,8 @@ pub(crate) struct Candidate {
 }
 
 impl Candidate {
-    /// Orders candidates, best first: recomputation before offload, then by score.
+    /// Orders candidates, best first: recomputation and compression before offload, then by
+    /// score.
     pub(crate) fn rank(&self) -> (bool, f64) {
         (self.action == Action::Offload, self.score)
     }
@@ -89,28 +105,41 @@ impl Candidate {
 
 impl Candidate {
     /// Scores a tensor whose recomputation would cost `recompute` (`None`: it cannot be
-    /// recomputed), or `None` if the policy allows no action for it.
+    /// recomputed) and which may be compressed to `compress`, or `None` if the policy allows no
+    /// action for it. Each action's cost is divided by the bytes it frees.
     pub(crate) fn new(
         core: &CellCore,
         now: u64,
         recompute: Option<f64>,
         can_offload: bool,
+        compress: Option<burn_backend::DType>,
         policy: &Policy,
     ) -> Option<Self> {
+        let bytes = core.bytes as f64;
         let can_offload = can_offload && policy.mode != EvictionMode::RecomputeOnly;
-        let offload = can_offload.then_some(core.bytes as f64 * policy.host_cost_per_byte);
+        let offload = can_offload.then_some(bytes * policy.host_cost_per_byte);
         let (cost, action) = match (policy.mode, recompute, offload) {
-            (EvictionMode::RecomputeOnly, Some(r), _) => (r, Action::Recompute),
-            (EvictionMode::OffloadOnly, _, Some(o)) => (o, Action::Offload),
-            (EvictionMode::Auto, Some(r), _) => (r, Action::Recompute),
-            (EvictionMode::Auto, None, Some(o)) => (o, Action::Offload),
-            _ => return None,
+            (EvictionMode::RecomputeOnly, Some(r), _) => (Some(r), Action::Recompute),
+            (EvictionMode::OffloadOnly, _, Some(o)) => (Some(o), Action::Offload),
+            (EvictionMode::Auto, Some(r), _) => (Some(r), Action::Recompute),
+            (EvictionMode::Auto, None, Some(o)) => (Some(o), Action::Offload),
+            _ => (None, Action::Recompute),
+        };
+        // Cost per byte freed: compression frees half of an f32 tensor.
+        let per_byte = cost.map(|c| (c + 1.0) / bytes);
+        let compress_per_byte =
+            compress.map(|_| (COMPRESS_COST_PER_BYTE * bytes + 1.0) / (bytes / 2.0));
+        let (per_byte, action) = match (per_byte, compress_per_byte) {
+            (Some(p), Some(c)) if c < p || action == Action::Offload => (c, Action::Compress),
+            (Some(p), _) => (p, action),
+            (None, Some(c)) => (c, Action::Compress),
+            (None, None) => return None,
         };
         let staleness = now.saturating_sub(core.last_use()) as f64 + 1.0;
         // A tensor the program no longer holds is only kept for others' recomputation.
         let dead = if core.is_dead() { 0.5 } else { 1.0 };
         Some(Self {
-            score: dead * (cost + 1.0) / (core.bytes as f64 * staleness),
+            score: dead * per_byte / staleness,
             action,
         })
     }

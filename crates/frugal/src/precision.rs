@@ -426,23 +426,39 @@ where
     B::Device: DeviceOps + 'static,
 {
     if let Some(policy) = &policy {
-        let dtype = policy.low.dtype();
-        if !B::supports_dtype(device, dtype) {
-            return Err(PrecisionError::UnsupportedDtype {
-                dtype,
-                backend: B::name(device),
-                supported: [DType::BF16, DType::F16]
-                    .into_iter()
-                    .filter(|d| B::supports_dtype(device, *d))
-                    .collect(),
-            });
-        }
+        check_supported::<B>(device, policy.low.dtype())?;
     }
     Ledger::of_device(device).precision.set(policy.as_ref());
     Ok(())
 }
 
+/// Switches autocast and compressed storage ([`crate::memory::set_storage_precision`]) off on
+/// `device`; needs no backend type, so cleanup code generic over the device can call it.
+pub fn clear<D: DeviceOps + 'static>(device: &D) {
+    let ledger = Ledger::of_device(device);
+    ledger.precision.set(None);
+    ledger.budget.set_storage_dtype(None);
+}
+
 /// The autocast policy on `device`, or `None` when autocast is off there.
 pub fn autocast<D: DeviceOps + 'static>(device: &D) -> Option<AutocastPolicy> {
     Ledger::of_device(device).precision.get()
+}
+
+/// `Ok` if `B` computes in `dtype` on `device`, else the error naming what it supports.
+pub(crate) fn check_supported<B: Backend>(
+    device: &B::Device,
+    dtype: DType,
+) -> Result<(), PrecisionError> {
+    if B::supports_dtype(device, dtype) {
+        return Ok(());
+    }
+    Err(PrecisionError::UnsupportedDtype {
+        dtype,
+        backend: B::name(device),
+        supported: [DType::BF16, DType::F16]
+            .into_iter()
+            .filter(|d| B::supports_dtype(device, *d))
+            .collect(),
+    })
 }

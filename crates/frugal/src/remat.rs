@@ -35,6 +35,12 @@ pub(crate) trait Kind<B: Backend>: Send + Sync + 'static {
     fn from_host(data: TensorData, device: &B::Device) -> Self::Prim;
     /// Adds `tensor` to a transaction's reads; the slot says where its data comes back.
     fn push_read(tensor: Self::Prim, transaction: &mut TransactionPrimitive<B>) -> ReadSlot;
+    /// Whether tensors of this kind can be stored compressed (float kinds only).
+    const COMPRESSIBLE: bool;
+    /// `tensor` cast to the storage type `low` (only called when `COMPRESSIBLE`).
+    fn compress(tensor: Self::Prim, low: DType) -> Self::Prim;
+    /// A compressed tensor cast back to its type `dtype`.
+    fn decompress(tensor: Self::Prim, dtype: DType) -> Self::Prim;
 }
 
 /// Where one tensor's data is in a transaction's result.
@@ -47,7 +53,7 @@ pub(crate) enum ReadSlot {
 }
 
 macro_rules! kinds {
-    ($($kind:ident: $prim:ident, $device:ident, $from:ident, $reads:ident, $slot:ident;)*) => {$(
+    ($($kind:ident: $prim:ident, $device:ident, $from:ident, $reads:ident, $slot:ident, $cast:ident;)*) => {$(
         pub(crate) struct $kind;
         impl<B: Backend> Kind<B> for $kind {
             type Prim = B::$prim;
@@ -64,15 +70,31 @@ macro_rules! kinds {
                 transaction.$reads.push(tensor);
                 ReadSlot::$slot(transaction.$reads.len() - 1)
             }
+            const COMPRESSIBLE: bool = kinds!(@compressible $cast);
+            fn compress(tensor: Self::Prim, low: DType) -> Self::Prim {
+                kinds!(@cast $cast, tensor, low)
+            }
+            fn decompress(tensor: Self::Prim, dtype: DType) -> Self::Prim {
+                kinds!(@cast $cast, tensor, dtype)
+            }
         }
     )*};
+    (@compressible none) => { false };
+    (@compressible $cast:ident) => { true };
+    (@cast none, $t:ident, $d:ident) => {{
+        let _ = $d;
+        $t
+    }};
+    (@cast $cast:ident, $t:ident, $d:ident) => {
+        B::$cast($t, burn_std::FloatDType::from($d))
+    };
 }
 
 kinds! {
-    FloatKind: FloatTensorPrimitive, float_device, float_from_data, read_floats, Float;
-    IntKind: IntTensorPrimitive, int_device, int_from_data, read_ints, Int;
-    BoolKind: BoolTensorPrimitive, bool_device, bool_from_data, read_bools, Bool;
-    QuantKind: QuantizedTensorPrimitive, q_device, q_from_data, read_qfloats, Quantized;
+    FloatKind: FloatTensorPrimitive, float_device, float_from_data, read_floats, Float, float_cast;
+    IntKind: IntTensorPrimitive, int_device, int_from_data, read_ints, Int, none;
+    BoolKind: BoolTensorPrimitive, bool_device, bool_from_data, read_bools, Bool, none;
+    QuantKind: QuantizedTensorPrimitive, q_device, q_from_data, read_qfloats, Quantized, none;
 }
 
 /// Tensors on their way to host memory. They are read back together in one transaction: each
@@ -159,6 +181,8 @@ pub(crate) enum Status {
     Offloaded,
     /// In a [`HostBatch`] that has not been read yet.
     Offloading,
+    /// On the device in a lower-precision storage type, cast back when read.
+    Compressed,
     Gone,
 }
 
@@ -167,6 +191,7 @@ enum State<P> {
     Evicted,
     Offloaded(TensorData),
     Offloading,
+    Compressed(P, Arc<Storage>),
     Gone,
 }
 
@@ -177,6 +202,7 @@ impl<P> State<P> {
             State::Evicted => Status::Evicted,
             State::Offloaded(_) => Status::Offloaded,
             State::Offloading => Status::Offloading,
+            State::Compressed(..) => Status::Compressed,
             State::Gone => Status::Gone,
         }
     }
@@ -249,6 +275,9 @@ pub(crate) trait CellDyn: Send + Sync {
     /// Evicts the cell to be recomputed when read, returning whether it was evicted. Never
     /// blocks: a cell in use elsewhere is skipped. (Offloading goes through [`HostBatch`].)
     fn evict(&self) -> bool;
+    /// Keeps the cell on the device in the budget's storage type (bf16 or f16), cast back when
+    /// read; returns whether it was compressed (resident, unpinned, unshared f32 only).
+    fn compress(&self) -> bool;
     /// A batch for offloading cells of this one's backend together.
     fn host_batch(&self) -> Box<dyn HostBatch>;
     /// Moves the data of a resident, unpinned, unshared cell into `transaction` (a
@@ -404,7 +433,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             match input.try_status()? {
                 Status::Gone => return None,
                 Status::Evicted => depth = depth.max(input.depth()),
-                Status::Resident | Status::Offloaded | Status::Offloading => {}
+                Status::Resident | Status::Offloaded | Status::Offloading | Status::Compressed => {}
             }
         }
         (depth < max_depth).then_some(depth + 1)
@@ -460,6 +489,12 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                     }
                 }
             }
+            Status::Compressed => {
+                slot.state = State::Gone;
+                let recipe = slot.recipe.take();
+                drop(slot);
+                drop(recipe);
+            }
             Status::Offloaded => {
                 self.core.ledger.budget.host_release(self.core.bytes);
                 slot.state = State::Gone;
@@ -507,7 +542,10 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                     .filter(|input| {
                         matches!(
                             input.status(),
-                            Status::Evicted | Status::Offloaded | Status::Offloading
+                            Status::Evicted
+                                | Status::Offloaded
+                                | Status::Offloading
+                                | Status::Compressed
                         )
                     })
                     .cloned()
@@ -558,6 +596,13 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 ledger.budget.count_upload(self.core.bytes);
                 slot.state = State::Resident(tensor, storage);
             }
+            State::Compressed(low, compressed) => {
+                let tensor = K::decompress(low, self.dtype);
+                let storage = Arc::new(ledger.charge(&tensor, self.core.op));
+                drop(compressed);
+                ledger.budget.count_decompress(self.core.bytes);
+                slot.state = State::Resident(tensor, storage);
+            }
             State::Offloading => unreachable!("waited for above"),
             State::Gone => panic!(
                 "frugal: internal error: a {} tensor ({} bytes) was read after it was freed",
@@ -605,8 +650,39 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
             now,
             recompute,
             !self.core.strided && !shared,
+            (K::COMPRESSIBLE && !shared && self.dtype == DType::F32)
+                .then_some(self.core.ledger.budget.storage_dtype())
+                .flatten(),
             policy,
         )
+    }
+
+    fn compress(&self) -> bool {
+        let Some(low) = self.core.ledger.budget.storage_dtype() else {
+            return false;
+        };
+        if !K::COMPRESSIBLE || self.dtype != DType::F32 || self.core.pins.load(Relaxed) > 0 {
+            return false;
+        }
+        let Ok(mut slot) = self.slot.try_lock() else {
+            return false;
+        };
+        let State::Resident(_, storage) = &slot.state else {
+            return false;
+        };
+        if Arc::strong_count(storage) != 1 {
+            return false;
+        }
+        let State::Resident(tensor, storage) = std::mem::replace(&mut slot.state, State::Gone)
+        else {
+            unreachable!("checked above")
+        };
+        let low = K::compress(tensor, low);
+        let compressed = Arc::new(self.core.ledger.charge(&low, self.core.op));
+        drop(storage);
+        self.core.ledger.budget.count_compress(self.core.bytes);
+        slot.state = State::Compressed(low, compressed);
+        true
     }
 
     fn evict(&self) -> bool {
@@ -777,7 +853,7 @@ impl<B: Backend, K: Kind<B>> Drop for Cell<B, K> {
                 }
             }
             State::Offloaded(_) => self.core.ledger.budget.host_release(self.core.bytes),
-            State::Resident(..) | State::Offloading | State::Gone => {}
+            State::Resident(..) | State::Offloading | State::Compressed(..) | State::Gone => {}
         }
     }
 }

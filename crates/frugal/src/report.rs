@@ -172,6 +172,11 @@ impl fmt::Display for MemoryReport {
                 ("  recomputed", remat.recomputes, remat.recomputed_bytes),
                 ("  offloaded to host", remat.offloads, remat.offloaded_bytes),
                 ("  uploaded from host", remat.uploads, remat.uploaded_bytes),
+                (
+                    "  compressed (16-bit)",
+                    remat.compressions,
+                    remat.compressed_bytes,
+                ),
             ] {
                 writeln!(
                     f,

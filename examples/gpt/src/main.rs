@@ -10,13 +10,14 @@ fn main() {
     let args = TrainArgs::parse();
     let result = match args.device {
         DeviceKind::Cpu => train::<burn::backend::NdArray>(&args, Default::default()),
+        DeviceKind::Flex => train::<burn::backend::Flex>(&args, Default::default()),
         #[cfg(feature = "wgpu")]
         DeviceKind::Wgpu => train::<burn::backend::Wgpu>(&args, Default::default()),
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => train::<burn::backend::Cuda>(&args, Default::default()),
         #[allow(unreachable_patterns)]
         other => Err(format!(
-            "--device {0} needs a build with `--features {0}`; this binary supports: cpu{1}{2}",
+            "--device {0} needs a build with `--features {0}`; this binary supports: cpu, flex{1}{2}",
             format!("{other:?}").to_lowercase(),
             if cfg!(feature = "wgpu") { ", wgpu" } else { "" },
             if cfg!(feature = "cuda") { ", cuda" } else { "" },

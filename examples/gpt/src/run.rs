@@ -21,12 +21,49 @@ use crate::train::{self, GptOptimizer, Phase};
 /// Where to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum DeviceKind {
-    /// NdArray on the CPU.
+    /// NdArray on the CPU (f32 only).
     Cpu,
+    /// Flex on the CPU: f32, and bf16/f16 for `--precision` and `--store`.
+    Flex,
     /// wgpu (Vulkan, Metal, DX12); build with `--features wgpu`.
     Wgpu,
     /// CUDA; build with `--features cuda`.
     Cuda,
+}
+
+/// The precision of matrix products and convolutions (autocast), or of tensors the budget
+/// stores compressed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Everything in f32 (no autocast, no compression).
+    #[default]
+    #[value(alias = "none")]
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half (train with --loss-scale).
+    F16,
+}
+
+impl Precision {
+    /// The low type, or `None` for f32.
+    pub fn low(self) -> Option<frugal::LowPrecision> {
+        match self {
+            Precision::F32 => None,
+            Precision::Bf16 => Some(frugal::LowPrecision::BF16),
+            Precision::F16 => Some(frugal::LowPrecision::F16),
+        }
+    }
+
+    /// The flag's value, as typed.
+    pub fn label(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
 }
 
 /// How a memory budget frees device memory (see [`frugal::EvictionMode`]).
@@ -137,6 +174,16 @@ pub struct TrainArgs {
     /// How the budget frees memory: recompute, offload to host memory, or auto (the cheaper).
     #[arg(long, value_enum, default_value = "auto")]
     pub evict: Evict,
+    /// Autocast: matrix products, convolutions and attention in bf16 or f16 with f32
+    /// accumulation; exponentials, logs and reductions in f32; parameters, gradients and
+    /// optimizer state stay f32 (frugal::precision). Needs a device with the type (flex,
+    /// wgpu for f16, cuda); f16 wants --loss-scale.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: Precision,
+    /// Let the budget keep f32 tensors it evicts compressed on the device in bf16 or f16, as
+    /// a third action beside recompute and offload (lossy; needs --budget).
+    #[arg(long, value_enum, default_value = "f32", value_name = "bf16|f16|none")]
+    pub store: Precision,
     /// No progress bar (for logs and tests).
     #[arg(long)]
     pub quiet: bool,
@@ -168,6 +215,12 @@ impl TrainArgs {
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", self.lr));
+        }
+        if self.store != Precision::F32 && self.budget.is_none() {
+            return Err(format!(
+                "--store {} compresses tensors the budget evicts: give a --budget too",
+                self.store.label()
+            ));
         }
         Ok(())
     }
@@ -235,6 +288,7 @@ impl<D: burn::tensor::backend::DeviceOps + 'static> Drop for BudgetGuard<'_, D> 
     fn drop(&mut self) {
         memory::set_budget(self.0, None);
         memory::set_policy(self.0, Policy::default());
+        frugal::precision::clear(self.0);
     }
 }
 
@@ -252,6 +306,16 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
     );
     memory::set_budget(&device, args.budget);
     let _budget = BudgetGuard(&device);
+    let refused = |flag: &str, e: frugal::PrecisionError| {
+        format!("--{flag}: {e}; on the CPU, --device flex has bf16 and f16")
+    };
+    frugal::set_autocast::<B>(
+        &device,
+        args.precision.low().map(frugal::AutocastPolicy::new),
+    )
+    .map_err(|e| refused("precision", e))?;
+    memory::set_storage_precision::<B>(&device, args.store.low())
+        .map_err(|e| refused("store", e))?;
     let remat_start = memory::remat_stats(&device);
     let corpus = match &args.data {
         Some(path) => Corpus::from_file(path)?,
@@ -518,6 +582,12 @@ fn memory_settings(args: &TrainArgs) -> Option<String> {
     if args.checkpoint_blocks {
         parts.push("checkpointed blocks".to_string());
     }
+    if args.precision != Precision::F32 {
+        parts.push(format!("autocast {}", args.precision.label()));
+    }
+    if args.store != Precision::F32 {
+        parts.push(format!("evicted tensors stored in {}", args.store.label()));
+    }
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
@@ -525,7 +595,7 @@ fn memory_settings(args: &TrainArgs) -> Option<String> {
 fn remat_summary(stats: &RematStats) -> String {
     format!(
         "{} evictions ({}), {} recomputes ({}), {} offloads ({}), {} uploads ({}), \
-         host memory peak {}",
+         host memory peak {}, {} compressed ({}), {} decompressed",
         stats.evictions,
         format_bytes(stats.evicted_bytes),
         stats.recomputes,
@@ -534,7 +604,10 @@ fn remat_summary(stats: &RematStats) -> String {
         format_bytes(stats.offloaded_bytes),
         stats.uploads,
         format_bytes(stats.uploaded_bytes),
-        format_bytes(stats.peak_host_bytes)
+        format_bytes(stats.peak_host_bytes),
+        stats.compressions,
+        format_bytes(stats.compressed_bytes),
+        stats.decompressions
     )
 }
 

@@ -1,0 +1,178 @@
+//! Compressed storage, the budget's third eviction action, on Flex (bf16 and f16 on the CPU):
+//! a tensor that cannot be recomputed is compressed rather than offloaded and reads back as
+//! exactly its rounded value; under a budget that forces many evictions, live bytes stay
+//! within the budget after every op and results stay within the storage type's rounding;
+//! with compression off nothing is compressed and results are exact; backends without 16-bit
+//! types are refused by name.
+
+use burn::backend::{Flex, NdArray};
+use burn::tensor::{DType, Tensor, TensorData};
+use frugal::Frugal;
+use frugal::memory;
+use frugal::precision::LowPrecision;
+
+type F = Frugal<Flex>;
+
+/// The budget and storage type are per device, and every test here uses Flex's one device.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Clears the budget and storage type however the test ends.
+struct Reset;
+impl Drop for Reset {
+    fn drop(&mut self) {
+        let device = Default::default();
+        memory::set_budget(&device, None);
+        memory::set_storage_precision::<Flex>(&device, None).unwrap();
+    }
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
+        })
+        .collect()
+}
+
+fn floats(t: TensorData) -> Vec<f32> {
+    t.convert::<f32>().to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn an_upload_is_compressed_not_offloaded_and_reads_back_rounded() {
+    let _turn = serial();
+    let _reset = Reset;
+    let device = Default::default();
+    for low in [LowPrecision::BF16, LowPrecision::F16] {
+        let data = TensorData::new(values(64 * 1024, 1), [256, 256]);
+        let rounded = floats(
+            Tensor::<Flex, 2>::from_data(data.clone(), &device)
+                .cast(low.dtype())
+                .cast(DType::F32)
+                .into_data(),
+        );
+        memory::set_storage_precision::<Flex>(&device, Some(low)).unwrap();
+        assert_eq!(memory::storage_precision(&device), Some(low));
+        memory::set_budget(&device, Some(100 * 1024 * 1024));
+        let start = memory::remat_stats(&device);
+        let t = Tensor::<F, 2>::from_data(data, &device);
+        // The budget drops below the tensor's 256 KiB: it must go somewhere.
+        let before = memory::live_bytes(&device);
+        memory::set_budget(&device, Some(before - 100 * 1024));
+        let stats = memory::remat_stats(&device).since(&start);
+        assert_eq!(stats.compressions, 1, "{low:?}: {stats:?}");
+        assert_eq!(
+            stats.offloads, 0,
+            "{low:?}: compression is preferred to offload"
+        );
+        assert_eq!(stats.compressed_bytes, 256 * 1024);
+        assert_eq!(
+            memory::live_bytes(&device),
+            before - 128 * 1024,
+            "half is freed"
+        );
+        memory::set_budget(&device, None);
+        let back = floats(t.into_data());
+        let same = back
+            .iter()
+            .zip(&rounded)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "{low:?}: a compressed tensor reads back as its rounded value"
+        );
+        assert_eq!(memory::remat_stats(&device).since(&start).decompressions, 1);
+    }
+}
+
+#[test]
+fn without_compression_the_same_tensor_is_offloaded_exactly() {
+    let _turn = serial();
+    let _reset = Reset;
+    let device = Default::default();
+    let data = TensorData::new(values(64 * 1024, 2), [256, 256]);
+    let exact = floats(data.clone());
+    memory::set_budget(&device, Some(100 * 1024 * 1024));
+    let start = memory::remat_stats(&device);
+    let t = Tensor::<F, 2>::from_data(data, &device);
+    memory::set_budget(&device, Some(memory::live_bytes(&device) - 100 * 1024));
+    let stats = memory::remat_stats(&device).since(&start);
+    assert_eq!((stats.compressions, stats.offloads), (0, 1));
+    memory::set_budget(&device, None);
+    assert_eq!(floats(t.into_data()), exact);
+}
+
+#[test]
+fn many_products_stay_within_budget_and_rounding() {
+    let _turn = serial();
+    let _reset = Reset;
+    let device = Default::default();
+    let n = 192;
+    let x_data = TensorData::new(values(n * n, 3), [n, n]);
+    let ws: Vec<TensorData> = (0..12)
+        .map(|i| TensorData::new(values(n * n, 10 + i), [n, n]))
+        .collect();
+    let expected: Vec<Vec<f32>> = ws
+        .iter()
+        .map(|w| {
+            let x = Tensor::<Flex, 2>::from_data(x_data.clone(), &device);
+            floats(
+                (x.clone()
+                    .matmul(Tensor::from_data(w.clone(), &device))
+                    .tanh()
+                    * x)
+                    .into_data(),
+            )
+        })
+        .collect();
+
+    let bytes = (n * n * 4) as u64;
+    let budget = memory::live_bytes(&device) + 8 * bytes;
+    memory::set_storage_precision::<Flex>(&device, Some(LowPrecision::BF16)).unwrap();
+    memory::set_budget(&device, Some(budget));
+    let start = memory::remat_stats(&device);
+    let x = Tensor::<F, 2>::from_data(x_data, &device);
+    let mut held = Vec::new();
+    for w in &ws {
+        let w = Tensor::<F, 2>::from_data(w.clone(), &device);
+        held.push(x.clone().matmul(w).tanh() * x.clone());
+        assert!(
+            memory::live_bytes(&device) <= budget,
+            "live bytes over the budget"
+        );
+    }
+    let stats = memory::remat_stats(&device).since(&start);
+    assert!(stats.compressions > 0, "{stats:?}");
+    for (got, want) in held.into_iter().zip(&expected) {
+        let got = floats(got.into_data());
+        assert!(
+            memory::live_bytes(&device) <= budget,
+            "live bytes over the budget on reads"
+        );
+        for (g, w) in got.iter().zip(want) {
+            // Inputs and results may each have been rounded to bf16 (8 bits of mantissa) once;
+            // products of n terms of size ~1 then differ by a few parts in 2^8 of their scale.
+            assert!((g - w).abs() <= 0.05 * w.abs().max(1.0), "{g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn backends_without_16_bit_types_are_refused() {
+    let err =
+        memory::set_storage_precision::<NdArray>(&Default::default(), Some(LowPrecision::F16))
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("F16") && err.contains("ndarray"), "{err}");
+    assert_eq!(
+        memory::storage_precision(&burn::backend::ndarray::NdArrayDevice::Cpu),
+        None
+    );
+}
