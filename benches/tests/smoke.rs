@@ -6,10 +6,15 @@ use std::process::Command;
 
 /// Runs the bench on a tiny model with `configs`; returns its stdout and JSON lines.
 fn bench(configs: &str) -> (String, Vec<serde_json::Value>) {
+    bench_on("cpu", configs)
+}
+
+/// As [`bench`] on `device`.
+fn bench_on(device: &str, configs: &str) -> (String, Vec<serde_json::Value>) {
     let out = Command::new(env!("CARGO_BIN_EXE_peak-memory"))
         .args([
             "--device",
-            "cpu",
+            device,
             "--layers",
             "2",
             "--d",
@@ -119,5 +124,41 @@ fn a_third_budget_lowers_the_peak_below_the_unconstrained_one() {
          ({} recomputes): live bytes exceed the budget inside ops that restore evicted tensors",
         budget["budget_bytes"],
         budget["recomputes"]
+    );
+}
+
+#[test]
+fn bf16_configurations_run_on_flex() {
+    let (stdout, lines) = bench_on("flex", "frugal,bf16,bf16-store-budget-1/3");
+    assert_eq!(lines.len(), 3, "{stdout}");
+    let (frugal, bf16, stored) = (&lines[0], &lines[1], &lines[2]);
+    assert_eq!(bf16["config"], "bf16");
+    for line in &lines {
+        assert!(line["error"].is_null(), "{line}");
+    }
+    let losses = |l: &serde_json::Value| -> Vec<f64> {
+        l["losses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let reference = losses(frugal);
+    for line in [bf16, stored] {
+        let got = losses(line);
+        assert_ne!(
+            got, reference,
+            "{}: autocast must change the losses",
+            line["config"]
+        );
+        for (g, r) in got.iter().zip(&reference) {
+            assert!((g - r).abs() <= 0.01 * r, "{}: {g} vs {r}", line["config"]);
+        }
+    }
+    assert!(stored["compressions"].as_u64().unwrap() > 0, "{stored}");
+    assert!(
+        stored["peak_allocated_bytes"].as_u64() < frugal["peak_allocated_bytes"].as_u64(),
+        "{stored}"
     );
 }

@@ -42,6 +42,8 @@ use serde::Serialize;
 #[serde(rename_all = "lowercase")]
 enum DeviceKind {
     Cpu,
+    /// Flex on the CPU, which has bf16 and f16 (for the autocast configurations).
+    Flex,
     Wgpu,
     Cuda,
 }
@@ -56,7 +58,9 @@ struct Args {
     /// watching only); frugal-scopes (frugal, each block in a checkpoint scope);
     /// budget-1/2, budget-1/3, budget-1/4 (frugal under a budget of that fraction of frugal's
     /// peak, which is run first as the reference); budget-1/3-scopes (both); burn-balanced
-    /// (Burn's own Autodiff<B, BalancedCheckpointing>).
+    /// (Burn's own Autodiff<B, BalancedCheckpointing>); bf16, bf16-scopes (frugal with bf16
+    /// autocast); bf16-budget-1/3, bf16-store-budget-1/3 (autocast under the budget, the
+    /// latter also storing evicted tensors in bf16); store-budget-1/3 (f32 with bf16 storage).
     #[arg(long, default_value = "plain,frugal")]
     configs: String,
     /// Run only this configuration in this process (used for the child processes).
@@ -98,7 +102,7 @@ struct Args {
     no_fusion: bool,
 }
 
-const CONFIGS: [&str; 8] = [
+const CONFIGS: [&str; 13] = [
     "plain",
     "frugal",
     "frugal-scopes",
@@ -107,11 +111,26 @@ const CONFIGS: [&str; 8] = [
     "budget-1/4",
     "budget-1/3-scopes",
     "burn-balanced",
+    "bf16",
+    "bf16-scopes",
+    "bf16-budget-1/3",
+    "bf16-store-budget-1/3",
+    "store-budget-1/3",
 ];
+
+/// Whether a configuration computes matrix products in bf16 (Frugal's autocast).
+fn autocast(name: &str) -> bool {
+    name.starts_with("bf16")
+}
+
+/// Whether a configuration lets the budget store evicted tensors in bf16.
+fn stores_bf16(name: &str) -> bool {
+    name.contains("store-")
+}
 
 /// The fraction of the unconstrained peak that a budget configuration may use.
 fn budget_fraction(name: &str) -> Option<(u64, u64)> {
-    let fraction = name.strip_prefix("budget-")?;
+    let fraction = &name[name.find("budget-")? + "budget-".len()..];
     let fraction = fraction.strip_suffix("-scopes").unwrap_or(fraction);
     let (num, den) = fraction.split_once('/')?;
     Some((num.parse().ok()?, den.parse().ok()?))
@@ -195,6 +214,7 @@ fn child(only: &str, args: &Args) {
     }));
     let outcome = std::panic::catch_unwind(|| match args.device {
         DeviceKind::Cpu => Ok(run_named::<burn::backend::NdArray>(only, args)),
+        DeviceKind::Flex => Ok(run_named::<burn::backend::Flex>(only, args)),
         #[cfg(feature = "wgpu")]
         DeviceKind::Wgpu => Ok(run_named::<burn::backend::Wgpu>(only, args)),
         #[cfg(feature = "cuda")]
@@ -292,7 +312,7 @@ fn main() {
         return;
     }
     let built = match args.device {
-        DeviceKind::Cpu => true,
+        DeviceKind::Cpu | DeviceKind::Flex => true,
         DeviceKind::Wgpu => cfg!(feature = "wgpu"),
         DeviceKind::Cuda => cfg!(feature = "cuda"),
     };
@@ -459,6 +479,17 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
     if budget.is_some() {
         // Before the model exists, so that its parameters are managed too.
         memory::set_budget(&device, budget);
+    }
+    if autocast(name) {
+        frugal::set_autocast::<A>(
+            &device,
+            Some(frugal::AutocastPolicy::new(frugal::LowPrecision::BF16)),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    if stores_bf16(name) {
+        memory::set_storage_precision::<A>(&device, Some(frugal::LowPrecision::BF16))
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     A::seed(&device, 0);
     let mut model = config.init::<A>(&device);

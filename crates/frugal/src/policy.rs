@@ -104,18 +104,19 @@ impl Candidate {
 }
 
 impl Candidate {
-    /// Scores a tensor whose recomputation would cost `recompute` (`None`: it cannot be
+    /// Scores a tensor that frees `bytes` when evicted, whose recomputation would cost `recompute` (`None`: it cannot be
     /// recomputed) and which may be compressed to `compress`, or `None` if the policy allows no
     /// action for it. Each action's cost is divided by the bytes it frees.
     pub(crate) fn new(
         core: &CellCore,
+        bytes: u64,
         now: u64,
         recompute: Option<f64>,
         can_offload: bool,
         compress: Option<burn_backend::DType>,
         policy: &Policy,
     ) -> Option<Self> {
-        let bytes = core.bytes as f64;
+        let bytes = bytes as f64;
         let can_offload = can_offload && policy.mode != EvictionMode::RecomputeOnly;
         let offload = can_offload.then_some(bytes * policy.host_cost_per_byte);
         let (cost, action) = match (policy.mode, recompute, offload) {

@@ -496,7 +496,12 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 drop(recipe);
             }
             Status::Offloaded => {
-                self.core.ledger.budget.host_release(self.core.bytes);
+                if let State::Offloaded(data) = &slot.state {
+                    self.core
+                        .ledger
+                        .budget
+                        .host_release(data.bytes.len() as u64);
+                }
                 slot.state = State::Gone;
                 let recipe = slot.recipe.take();
                 drop(slot);
@@ -590,10 +595,18 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
             }
             State::Offloaded(data) => {
                 let started = std::time::Instant::now();
+                let host_bytes = data.bytes.len() as u64;
                 let tensor = K::from_host(data, &self.device);
+                // A compressed tensor was offloaded in its storage type.
+                let tensor = if tensor.dtype() != self.dtype {
+                    ledger.budget.count_decompress(self.core.bytes);
+                    K::decompress(tensor, self.dtype)
+                } else {
+                    tensor
+                };
                 ledger.budget.count_upload_time(started.elapsed());
                 let storage = Arc::new(ledger.charge(&tensor, self.core.op));
-                ledger.budget.count_upload(self.core.bytes);
+                ledger.budget.count_upload(host_bytes);
                 slot.state = State::Resident(tensor, storage);
             }
             State::Compressed(low, compressed) => {
@@ -627,13 +640,17 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
             return None;
         }
         let slot = self.slot.try_lock().ok()?;
-        let State::Resident(_, storage) = &slot.state else {
-            return None;
+        // A compressed tensor can still be dropped to be recomputed, or offloaded.
+        let (storage, compressed) = match &slot.state {
+            State::Resident(_, storage) => (storage, false),
+            State::Compressed(_, storage) if !shared => (storage, true),
+            _ => return None,
         };
         // Alone, only a buffer no other tensor points into is freed by evicting this cell.
         if (!shared && Arc::strong_count(storage) != 1) || storage.bytes == 0 {
             return None;
         }
+        let freed = storage.bytes;
         let recompute = Self::can_recompute(&slot, policy.max_depth).map(|_| {
             let recipe = slot.recipe.as_ref().expect("checked");
             // DTR's evicted neighbourhood: restoring this cell also re-runs its evicted inputs.
@@ -645,14 +662,16 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                     .map(|input| input.core().cost)
                     .sum::<f64>()
         });
+        let compress = (K::COMPRESSIBLE && !shared && !compressed && self.dtype == DType::F32)
+            .then_some(self.core.ledger.budget.storage_dtype())
+            .flatten();
         Candidate::new(
             &self.core,
+            freed,
             now,
             recompute,
             !self.core.strided && !shared,
-            (K::COMPRESSIBLE && !shared && self.dtype == DType::F32)
-                .then_some(self.core.ledger.budget.storage_dtype())
-                .flatten(),
+            compress,
             policy,
         )
     }
@@ -692,7 +711,7 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         let Ok(mut slot) = self.slot.try_lock() else {
             return false;
         };
-        let State::Resident(..) = &slot.state else {
+        let (State::Resident(..) | State::Compressed(..)) = &slot.state else {
             return false;
         };
         let max_depth = self.core.ledger.budget.policy().max_depth;
@@ -721,13 +740,13 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
             return None;
         }
         let mut slot = self.slot.try_lock().ok()?;
-        let State::Resident(_, storage) = &slot.state else {
+        let (State::Resident(_, storage) | State::Compressed(_, storage)) = &slot.state else {
             return None;
         };
         if Arc::strong_count(storage) != 1 {
             return None;
         }
-        let State::Resident(tensor, storage) =
+        let (State::Resident(tensor, storage) | State::Compressed(tensor, storage)) =
             std::mem::replace(&mut slot.state, State::Offloading)
         else {
             unreachable!("checked above")
@@ -738,7 +757,10 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
 
     fn finish_offload(&self, data: TensorData) {
         let mut slot = self.lock();
-        self.core.ledger.budget.count_offload(self.core.bytes);
+        self.core
+            .ledger
+            .budget
+            .count_offload(data.bytes.len() as u64);
         slot.state = State::Offloaded(data);
         drop(slot);
         // Dropped while it was being read: free the host copy unless an evicted tensor needs it.
@@ -852,7 +874,11 @@ impl<B: Backend, K: Kind<B>> Drop for Cell<B, K> {
                     }
                 }
             }
-            State::Offloaded(_) => self.core.ledger.budget.host_release(self.core.bytes),
+            State::Offloaded(data) => self
+                .core
+                .ledger
+                .budget
+                .host_release(data.bytes.len() as u64),
             State::Resident(..) | State::Offloading | State::Compressed(..) | State::Gone => {}
         }
     }

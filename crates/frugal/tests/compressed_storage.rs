@@ -176,3 +176,112 @@ fn backends_without_16_bit_types_are_refused() {
         None
     );
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// Upload a new 32×32 tensor.
+        Upload(u64),
+        /// `held[a] · held[b]`, scaled down to keep values near 1.
+        MatMul(usize, usize),
+        /// `held[a] + held[b]`.
+        Add(usize, usize),
+        /// `tanh(held[a])`.
+        Tanh(usize),
+        /// Read `held[a]` and compare with its f32 shadow.
+        Read(usize),
+        /// Drop `held[a]`.
+        Drop(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            2 => any::<u64>().prop_map(Step::Upload),
+            3 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Step::MatMul(a, b)),
+            2 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Step::Add(a, b)),
+            2 => any::<usize>().prop_map(Step::Tanh),
+            2 => any::<usize>().prop_map(Step::Read),
+            2 => any::<usize>().prop_map(Step::Drop),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// With compression on, after every op live bytes are within the budget, reads stay
+        /// within bf16's rounding of the exact values, and dropping everything returns live
+        /// and host bytes to where they were.
+        #[test]
+        fn budget_kept_and_nothing_leaks_with_compression(
+            steps in proptest::collection::vec(step(), 1..60),
+            budget_tensors in 3u64..8,
+            f16 in any::<bool>(),
+        ) {
+            let _turn = serial();
+            let _reset = Reset;
+            let device = Default::default();
+            let low = if f16 { LowPrecision::F16 } else { LowPrecision::BF16 };
+            let n = 32;
+            let bytes = (n * n * 4) as u64;
+            let base = memory::live_bytes(&device);
+            let host_base = memory::remat_stats(&device).host_bytes;
+            let budget = base + budget_tensors * bytes;
+            memory::set_storage_precision::<Flex>(&device, Some(low)).unwrap();
+            memory::set_budget(&device, Some(budget));
+            let mut held: Vec<(Tensor<F, 2>, Tensor<Flex, 2>)> = Vec::new();
+            for step in steps {
+                let pick = |i: usize| i % held.len().max(1);
+                match step {
+                    Step::Upload(seed) => {
+                        let data = TensorData::new(values(n * n, seed), [n, n]);
+                        held.push((
+                            Tensor::from_data(data.clone(), &device),
+                            Tensor::from_data(data, &device),
+                        ));
+                    }
+                    _ if held.is_empty() => continue,
+                    Step::MatMul(a, b) => {
+                        let (a, b) = (&held[pick(a)], &held[pick(b)]);
+                        let scale = 1.0 / n as f32;
+                        held.push((
+                            a.0.clone().matmul(b.0.clone()) * scale,
+                            a.1.clone().matmul(b.1.clone()) * scale,
+                        ));
+                    }
+                    Step::Add(a, b) => {
+                        let (a, b) = (&held[pick(a)], &held[pick(b)]);
+                        held.push((a.0.clone() + b.0.clone(), a.1.clone() + b.1.clone()));
+                    }
+                    Step::Tanh(a) => {
+                        let a = &held[pick(a)];
+                        held.push((a.0.clone().tanh(), a.1.clone().tanh()));
+                    }
+                    Step::Read(a) => {
+                        let (got, want) = &held[pick(a)];
+                        let got = floats(got.clone().into_data());
+                        let want = floats(want.clone().into_data());
+                        for (g, w) in got.iter().zip(&want) {
+                            // Each value may pass through a few roundings to 8 (bf16) or 11
+                            // (f16) bits of mantissa along its chain of ops.
+                            prop_assert!((g - w).abs() <= 0.06 * w.abs().max(1.0), "{} vs {}", g, w);
+                        }
+                    }
+                    Step::Drop(a) => {
+                        let at = pick(a);
+                        held.remove(at);
+                    }
+                }
+                prop_assert!(
+                    memory::live_bytes(&device) <= budget,
+                    "live {} over budget {}", memory::live_bytes(&device), budget
+                );
+            }
+            drop(held);
+            prop_assert_eq!(memory::live_bytes(&device), base, "device bytes leaked");
+            prop_assert_eq!(memory::remat_stats(&device).host_bytes, host_base, "host bytes leaked");
+        }
+    }
+}
