@@ -60,7 +60,9 @@ struct Args {
     /// peak, which is run first as the reference); budget-1/3-scopes (both); burn-balanced
     /// (Burn's own Autodiff<B, BalancedCheckpointing>); bf16, bf16-scopes (frugal with bf16
     /// autocast); bf16-budget-1/3, bf16-store-budget-1/3 (autocast under the budget, the
-    /// latter also storing evicted tensors in bf16); store-budget-1/3 (f32 with bf16 storage).
+    /// latter also storing evicted tensors in bf16); store-budget-1/3 (f32 with bf16 storage);
+    /// bf16-lowout, bf16-lowout-scopes, bf16-lowout-store-budget-1/3 (autocast leaving products
+    /// in bf16, as PyTorch's does).
     #[arg(long, default_value = "plain,frugal")]
     configs: String,
     /// Run only this configuration in this process (used for the child processes).
@@ -102,7 +104,7 @@ struct Args {
     no_fusion: bool,
 }
 
-const CONFIGS: [&str; 13] = [
+const CONFIGS: [&str; 16] = [
     "plain",
     "frugal",
     "frugal-scopes",
@@ -116,7 +118,15 @@ const CONFIGS: [&str; 13] = [
     "bf16-budget-1/3",
     "bf16-store-budget-1/3",
     "store-budget-1/3",
+    "bf16-lowout",
+    "bf16-lowout-scopes",
+    "bf16-lowout-store-budget-1/3",
 ];
+
+/// Whether an autocast configuration leaves products in bf16 (PyTorch's autocast).
+fn low_outputs(name: &str) -> bool {
+    name.contains("lowout")
+}
 
 /// Whether a configuration computes matrix products in bf16 (Frugal's autocast).
 fn autocast(name: &str) -> bool {
@@ -483,7 +493,10 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
     if autocast(name) {
         frugal::set_autocast::<A>(
             &device,
-            Some(frugal::AutocastPolicy::new(frugal::LowPrecision::BF16)),
+            Some(
+                frugal::AutocastPolicy::new(frugal::LowPrecision::BF16)
+                    .with_low_outputs(low_outputs(name)),
+            ),
         )
         .unwrap_or_else(|e| panic!("{e}"));
     }

@@ -13,14 +13,16 @@
 //! | [`Keep`](OpPrecision::Keep) | as given | as the inner backend returns it |
 //!
 //! The default table ([`AutocastPolicy::new`]) follows PyTorch's CUDA autocast lists: matrix
-//! products, convolutions (forward and both backward products) and attention run in the low
+//! products (`float_matmul`, and Burn's `linear` op that `nn::Linear` calls, bias included),
+//! convolutions (forward and both backward products) and attention run in the low
 //! type — the inner backend accumulates in f32 (CubeCL's matmul and Flex's bf16 matmul both
 //! do); exponentials, logarithms, powers, reciprocals and reductions (sums, means, products,
 //! cumulative sums) in f32; every other op promotes mixed inputs; casts and data movement keep
 //! their types.
 //!
-//! One deliberate difference from PyTorch: a `Low` op's result is cast back to the widest input
-//! type (f32 for an f32 model). Frugal sits below Burn's autodiff, which cannot see Frugal's
+//! One deliberate difference from PyTorch, by default: a `Low` op's result is cast back to the
+//! widest input type (f32 for an f32 model); [`AutocastPolicy::with_low_outputs`] gives
+//! PyTorch's behaviour instead. Frugal sits below Burn's autodiff, which cannot see Frugal's
 //! casts; returning f32 keeps every tensor autodiff and the optimizer see — parameters,
 //! activations, gradients, optimizer state — in f32, so no gradient silently becomes bf16.
 //! The memory PyTorch saves by keeping activations in bf16 comes instead from compressed
@@ -72,6 +74,9 @@ impl LowPrecision {
 /// the ops).
 pub const DEFAULT_LOW: &[&str] = &[
     "float_matmul",
+    "linear",
+    "linear_x_backward",
+    "linear_weight_backward",
     "conv1d",
     "conv1d_x_backward",
     "conv1d_weight_backward",
@@ -116,6 +121,7 @@ pub const DEFAULT_F32: &[&str] = &[
     "float_erf",
     "log_sigmoid",
     "log_sigmoid_backward",
+    "linear_bias_backward",
     "conv1d_bias_backward",
     "conv2d_bias_backward",
     "conv3d_bias_backward",
@@ -139,6 +145,7 @@ pub const DEFAULT_KEEP: &[&str] = &[
 pub struct AutocastPolicy {
     low: LowPrecision,
     by_op: Vec<OpPrecision>,
+    keep_low_outputs: bool,
 }
 
 /// A refused autocast setting.
@@ -207,7 +214,26 @@ impl AutocastPolicy {
                 by_op[i] = precision;
             }
         }
-        Self { low, by_op }
+        Self {
+            low,
+            by_op,
+            keep_low_outputs: false,
+        }
+    }
+
+    /// With `true`, `Low` ops return their result in the low type, as PyTorch's autocast does
+    /// (activations in bf16/f16: less memory and traffic), except the ops that produce a
+    /// parameter's gradient (`*_weight_backward`, `*_bias_backward`), which still return f32.
+    /// Gradients of parameters computed by other ops from 16-bit tensors may then be 16-bit:
+    /// [`crate::GradScaler::unscale`] returns every gradient in f32. Off by default.
+    pub fn with_low_outputs(mut self, keep_low_outputs: bool) -> Self {
+        self.keep_low_outputs = keep_low_outputs;
+        self
+    }
+
+    /// Whether `Low` ops return the low type (see [`Self::with_low_outputs`]).
+    pub fn low_outputs(&self) -> bool {
+        self.keep_low_outputs
     }
 
     /// The policy with `op` (a Backend method name such as `float_matmul`) set to `precision`.
@@ -245,11 +271,20 @@ const PROMOTE: u8 = 1;
 const F32: u8 = 2;
 const LOW_BF16: u8 = 3;
 const LOW_F16: u8 = 4;
+// As LOW_*, the result left in the low type.
+const LOW_BF16_OUT: u8 = 5;
+const LOW_F16_OUT: u8 = 6;
+
+/// Ops whose result is a parameter's gradient: cast back to f32 whatever the policy.
+fn gives_parameter_gradient(name: &str) -> bool {
+    name.ends_with("_weight_backward") || name.ends_with("_bias_backward")
+}
 
 /// A device's compiled autocast table: one byte per forwarded op.
 pub(crate) struct PrecisionTable {
     by_op: Box<[AtomicU8]>,
     low: AtomicU8,
+    low_outputs: std::sync::atomic::AtomicBool,
 }
 
 impl Default for PrecisionTable {
@@ -257,6 +292,7 @@ impl Default for PrecisionTable {
         Self {
             by_op: (0..OP_COUNT).map(|_| AtomicU8::new(KEEP)).collect(),
             low: AtomicU8::new(KEEP),
+            low_outputs: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -274,17 +310,24 @@ impl PrecisionTable {
             self.by_op.iter().for_each(|c| c.store(KEEP, Relaxed));
             return;
         };
-        let low = match policy.low {
-            LowPrecision::BF16 => LOW_BF16,
-            LowPrecision::F16 => LOW_F16,
+        let (low, low_out) = match policy.low {
+            LowPrecision::BF16 => (LOW_BF16, LOW_BF16_OUT),
+            LowPrecision::F16 => (LOW_F16, LOW_F16_OUT),
         };
         self.low.store(low, Relaxed);
-        for (code, precision) in self.by_op.iter().zip(&policy.by_op) {
+        self.low_outputs.store(policy.keep_low_outputs, Relaxed);
+        let names = forwarded_methods();
+        for ((code, precision), (_, name)) in self.by_op.iter().zip(&policy.by_op).zip(names) {
             code.store(
                 match precision {
                     OpPrecision::Keep => KEEP,
                     OpPrecision::Promote => PROMOTE,
                     OpPrecision::F32 => F32,
+                    OpPrecision::Low
+                        if policy.keep_low_outputs && !gives_parameter_gradient(name) =>
+                    {
+                        low_out
+                    }
                     OpPrecision::Low => low,
                 },
                 Relaxed,
@@ -308,7 +351,11 @@ impl PrecisionTable {
                 _ => OpPrecision::Low,
             })
             .collect();
-        Some(AutocastPolicy { low, by_op })
+        Some(AutocastPolicy {
+            low,
+            by_op,
+            keep_low_outputs: self.low_outputs.load(Relaxed),
+        })
     }
 }
 
@@ -373,15 +420,16 @@ pub(crate) fn plan(code: u8, dtypes: DtypeSet) -> Option<Plan> {
             input: dtypes.widest().max_f32(),
             output: None,
         }),
-        LOW_BF16 | LOW_F16 if bits & BIT_F64 == 0 => {
-            let low = if code == LOW_BF16 {
+        LOW_BF16 | LOW_F16 | LOW_BF16_OUT | LOW_F16_OUT if bits & BIT_F64 == 0 => {
+            let low = if code == LOW_BF16 || code == LOW_BF16_OUT {
                 (DType::BF16, BIT_BF16)
             } else {
                 (DType::F16, BIT_F16)
             };
+            let cast_back = code == LOW_BF16 || code == LOW_F16;
             (bits != low.1).then(|| Plan {
                 input: low.0,
-                output: Some(dtypes.widest()),
+                output: cast_back.then(|| dtypes.widest()),
             })
         }
         _ => None,
@@ -461,4 +509,45 @@ pub(crate) fn check_supported<B: Backend>(
             .filter(|d| B::supports_dtype(device, *d))
             .collect(),
     })
+}
+
+/// Casts each gradient of `module`'s parameters in `grads` to its parameter's type, so the
+/// optimizer's state is built in the parameters' type (f32 for an f32 model). Needed with
+/// [`AutocastPolicy::with_low_outputs`], where a gradient computed from 16-bit activations is
+/// 16-bit; cheap otherwise (no cast when the types already match).
+/// [`crate::GradScaler::unscale`] does the same.
+pub fn match_param_dtypes<B, M>(module: &M, grads: &mut burn_optim::GradientsParams)
+where
+    B: burn_core::tensor::backend::AutodiffBackend,
+    M: burn_core::module::AutodiffModule<B>,
+{
+    module.visit(&mut MatchDtypes::<B> {
+        grads,
+        _backend: std::marker::PhantomData,
+    });
+}
+
+struct MatchDtypes<'a, B> {
+    grads: &'a mut burn_optim::GradientsParams,
+    _backend: std::marker::PhantomData<B>,
+}
+
+impl<B: burn_core::tensor::backend::AutodiffBackend> burn_core::module::ModuleVisitor<B>
+    for MatchDtypes<'_, B>
+{
+    fn visit_float<const D: usize>(
+        &mut self,
+        param: &burn_core::module::Param<burn_core::tensor::Tensor<B, D>>,
+    ) {
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let dtype = param.val().dtype();
+        let grad = if grad.dtype() == dtype {
+            grad
+        } else {
+            grad.cast(dtype)
+        };
+        self.grads.register(param.id, grad);
+    }
 }

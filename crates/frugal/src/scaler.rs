@@ -184,7 +184,8 @@ impl GradScaler {
         loss.mul_scalar(self.scale)
     }
 
-    /// Divides every gradient of `module`'s parameters in `grads` by the scale, and says
+    /// Divides every gradient of `module`'s parameters in `grads` by the scale (cast to the
+    /// parameter's type first, see [`crate::precision::match_param_dtypes`]), and says
     /// whether any of them holds an inf or NaN (one read from the device for all of them).
     pub fn unscale<B: AutodiffBackend, M: AutodiffModule<B>>(
         &self,
@@ -266,6 +267,13 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Unscale<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
             return;
+        };
+        // In the parameter's type: under autocast with 16-bit outputs a gradient may be 16-bit.
+        let dtype = param.val().dtype();
+        let grad = if grad.dtype() == dtype {
+            grad
+        } else {
+            grad.cast(dtype)
         };
         let grad = grad.mul_scalar(self.inv_scale);
         let bad: Tensor<B::InnerBackend, D, Bool> =

@@ -30,9 +30,9 @@ fn on(low: LowPrecision) -> Off {
     Off
 }
 
-fn data(shape: [usize; 2], seed: u64) -> TensorData {
+fn data<const D: usize>(shape: [usize; D], seed: u64) -> TensorData {
     // A fixed pseudo-random pattern with values that bf16 and f16 round differently.
-    let n = shape[0] * shape[1];
+    let n = shape.iter().product::<usize>();
     let mut x = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
@@ -81,6 +81,35 @@ fn matmul_runs_in_the_low_type_and_returns_f32() {
             "{low:?}: the low type must change the result"
         );
     }
+}
+
+#[test]
+fn linear_runs_in_the_low_type_bias_included() {
+    use burn::tensor::module::linear;
+    let _turn = serial();
+    let device = Default::default();
+    let (x, w, b) = (data([2, 24, 40], 21), data([40, 12], 22), data([1, 12], 23));
+    let t3 = |d: &TensorData| Tensor::<Flex, 3>::from_data(d.clone(), &device);
+    let t2 = |d: &TensorData| Tensor::<Flex, 2>::from_data(d.clone(), &device);
+    let bias = |d: &TensorData| Tensor::<Flex, 2>::from_data(d.clone(), &device).reshape([12]);
+    let expected = linear(
+        t3(&x).cast(DType::BF16),
+        t2(&w).cast(DType::BF16),
+        Some(bias(&b).cast(DType::BF16)),
+    )
+    .cast(DType::F32);
+    let plain = linear(t3(&x), t2(&w), Some(bias(&b)));
+
+    let _off = on(LowPrecision::BF16);
+    let got = linear(
+        Tensor::<F, 3>::from_data(x, &device),
+        Tensor::<F, 2>::from_data(w, &device),
+        Some(Tensor::<F, 2>::from_data(b, &device).reshape([12])),
+    );
+    assert_eq!(got.dtype(), DType::F32);
+    let got = bits(got.into_data());
+    assert_eq!(got, bits(expected.into_data()));
+    assert_ne!(got, bits(plain.into_data()));
 }
 
 #[test]
@@ -176,6 +205,91 @@ fn gradients_equal_explicit_casts_and_stay_f32() {
 }
 
 #[test]
+fn low_outputs_stay_low_and_parameter_gradients_come_back_f32() {
+    use burn::tensor::module::linear;
+    let _turn = serial();
+    let device = Default::default();
+    let (x, w) = (data([10, 16], 31), data([16, 8], 32));
+
+    // Reference: PyTorch's autocast written out with explicit casts under Autodiff<Flex>.
+    type A = Autodiff<Flex>;
+    let xr = Tensor::<A, 2>::from_data(x.clone(), &device).require_grad();
+    let wr = Tensor::<A, 2>::from_data(w.clone(), &device).require_grad();
+    let yr = linear(
+        xr.clone().cast(DType::BF16),
+        wr.clone().cast(DType::BF16),
+        None,
+    );
+    let lr = yr.cast(DType::F32).tanh().sum();
+    let gr = lr.backward();
+    let (gxr, gwr) = (xr.grad(&gr).unwrap(), wr.grad(&gr).unwrap());
+
+    type G = Autodiff<F>;
+    set_autocast::<Flex>(
+        &device,
+        Some(AutocastPolicy::new(LowPrecision::BF16).with_low_outputs(true)),
+    )
+    .unwrap();
+    let _off = Off;
+    assert!(precision::autocast(&device).unwrap().low_outputs());
+    let xg = Tensor::<G, 2>::from_data(x, &device).require_grad();
+    let wg = Tensor::<G, 2>::from_data(w, &device).require_grad();
+    let yg = linear(xg.clone(), wg.clone(), None);
+    assert_eq!(
+        yg.dtype(),
+        DType::BF16,
+        "PyTorch's autocast: the product stays bf16"
+    );
+    let lg = yg.cast(DType::F32).tanh().sum();
+    let gg = lg.backward();
+    let (gxg, gwg) = (xg.grad(&gg).unwrap(), wg.grad(&gg).unwrap());
+    assert_eq!(gwg.dtype(), DType::F32, "a weight gradient comes back f32");
+    assert_eq!(bits(lg.into_data()), bits(lr.into_data()));
+    assert_eq!(bits(gwg.into_data()), bits(gwr.into_data()));
+    assert_eq!(bits(gxg.into_data()), bits(gxr.into_data()));
+}
+
+#[test]
+fn match_param_dtypes_casts_gradients_to_their_parameters_type() {
+    use burn::module::{Module, Param};
+    use burn::optim::GradientsParams;
+    #[derive(Module, Debug)]
+    struct Two<B: burn::tensor::backend::Backend> {
+        a: Param<Tensor<B, 2>>,
+        b: Param<Tensor<B, 2>>,
+    }
+    let _turn = serial();
+    let device = Default::default();
+    type A = Autodiff<Flex>;
+    let model = Two::<A> {
+        a: Param::from_tensor(Tensor::from_data(data([4, 4], 41), &device)),
+        b: Param::from_tensor(Tensor::from_data(data([4, 4], 42), &device)),
+    };
+    // One gradient arrives in bf16, as a product left in bf16 would give it.
+    let loss = (model.a.val().cast(DType::BF16) * 2.0)
+        .cast(DType::F32)
+        .sum()
+        + model.b.val().sum();
+    let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+    let mut grads_bf16 = GradientsParams::new();
+    let a: Tensor<Flex, 2> = grads.remove(model.a.id).unwrap();
+    grads_bf16.register(model.a.id, a.cast(DType::BF16));
+    grads_bf16.register(model.b.id, grads.remove::<Flex, 2>(model.b.id).unwrap());
+    precision::match_param_dtypes(&model, &mut grads_bf16);
+    for id in [model.a.id, model.b.id] {
+        let g: Tensor<Flex, 2> = grads_bf16.remove(id).unwrap();
+        assert_eq!(g.dtype(), DType::F32);
+        assert!(
+            g.into_data()
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .all(|v| *v == 2.0 || *v == 1.0)
+        );
+    }
+}
+
+#[test]
 fn casts_are_charged_and_counted() {
     let _turn = serial();
     let device = Default::default();
@@ -229,4 +343,5 @@ fn unsupported_types_and_unknown_ops_are_refused_clearly() {
     assert!(table.contains(&("FloatTensorOps", "float_matmul", OpPrecision::Low)));
     assert!(table.contains(&("FloatTensorOps", "float_exp", OpPrecision::F32)));
     assert!(table.contains(&("ModuleOps", "conv2d", OpPrecision::Low)));
+    assert!(table.contains(&("ModuleOps", "linear", OpPrecision::Low)));
 }

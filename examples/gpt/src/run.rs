@@ -180,6 +180,11 @@ pub struct TrainArgs {
     /// wgpu for f16, cuda); f16 wants --loss-scale.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: Precision,
+    /// With --precision bf16|f16: products stay in that type, as in PyTorch's autocast (less
+    /// activation memory and traffic), instead of coming back as f32. Parameter gradients
+    /// are still cast to f32 before AdamW.
+    #[arg(long)]
+    pub low_outputs: bool,
     /// Let the budget keep f32 tensors it evicts compressed on the device in bf16 or f16, as
     /// a third action beside recompute and offload (lossy; needs --budget).
     #[arg(long, value_enum, default_value = "f32", value_name = "bf16|f16|none")]
@@ -215,6 +220,9 @@ impl TrainArgs {
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", self.lr));
+        }
+        if self.low_outputs && self.precision == Precision::F32 {
+            return Err("--low-outputs needs --precision bf16 or f16".to_string());
         }
         if self.store != Precision::F32 && self.budget.is_none() {
             return Err(format!(
@@ -311,7 +319,9 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
     };
     frugal::set_autocast::<B>(
         &device,
-        args.precision.low().map(frugal::AutocastPolicy::new),
+        args.precision
+            .low()
+            .map(|low| frugal::AutocastPolicy::new(low).with_low_outputs(args.low_outputs)),
     )
     .map_err(|e| refused("precision", e))?;
     memory::set_storage_precision::<B>(&device, args.store.low())
@@ -583,7 +593,15 @@ fn memory_settings(args: &TrainArgs) -> Option<String> {
         parts.push("checkpointed blocks".to_string());
     }
     if args.precision != Precision::F32 {
-        parts.push(format!("autocast {}", args.precision.label()));
+        parts.push(format!(
+            "autocast {}{}",
+            args.precision.label(),
+            if args.low_outputs {
+                " (products left in it)"
+            } else {
+                ""
+            }
+        ));
     }
     if args.store != Precision::F32 {
         parts.push(format!("evicted tensors stored in {}", args.store.label()));

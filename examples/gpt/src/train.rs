@@ -132,7 +132,10 @@ fn run_step<B: AutodiffBackend>(
     };
     let loss_value = loss.into_scalar().elem::<f32>();
     on_phase(Phase::Backward);
-    let grads = GradientsParams::from_grads(grads, &model);
+    let mut grads = GradientsParams::from_grads(grads, &model);
+    // Under autocast with 16-bit outputs, some gradients come out 16-bit: AdamW's state must
+    // be built in f32, the parameters' type (a no-op otherwise).
+    frugal::precision::match_param_dtypes(&model, &mut grads);
     let (model, outcome) = match scaler {
         Some(scaler) => {
             let (model, outcome) = scaler.step(lr, model, optim, grads);

@@ -35,6 +35,10 @@ fn low_precision_runs_track_f32() {
     let f32_log = run(&dir.join("f32"), &[]);
     let bf16 = run(&dir.join("bf16"), &["--precision", "bf16"]);
     let f16 = run(&dir.join("f16"), &["--precision", "f16", "--loss-scale"]);
+    let low_out = run(
+        &dir.join("lowout"),
+        &["--precision", "bf16", "--low-outputs"],
+    );
     // Compression under a budget well below this model's peak (324 KiB peak live).
     let stored = run(
         &dir.join("store"),
@@ -44,7 +48,12 @@ fn low_precision_runs_track_f32() {
 
     let (start, end) = (f32_log[0].loss, tail_mean(&f32_log, 20));
     assert!(end < start - 0.5, "f32 learns: {start} -> {end}");
-    for (name, log) in [("bf16", &bf16), ("f16", &f16), ("store bf16", &stored)] {
+    for (name, log) in [
+        ("bf16", &bf16),
+        ("f16", &f16),
+        ("bf16 low outputs", &low_out),
+        ("store bf16", &stored),
+    ] {
         assert_eq!(log.len(), STEPS as usize, "{name}");
         assert!(log.iter().all(|s| s.loss.is_finite()), "{name} diverged");
         assert_ne!(
