@@ -266,6 +266,55 @@ impl Budget {
             .map(|(_, cells)| cells)
     }
 
+    /// The cheapest buffer held by one tensor that can be offloaded (not strided, not
+    /// recomputable) and by views of it that can all be recomputed: the views, and the tensor.
+    fn offloadable_group(
+        &self,
+        now: u64,
+        policy: &Policy,
+    ) -> Option<(Vec<Arc<dyn CellDyn>>, Arc<dyn CellDyn>)> {
+        if policy.mode == EvictionMode::RecomputeOnly {
+            return None;
+        }
+        let mut groups: std::collections::HashMap<usize, (usize, Vec<Arc<dyn CellDyn>>)> =
+            Default::default();
+        for cell in self.cells() {
+            if let Some((storage, holders)) = cell.storage_holders()
+                && holders > 1
+            {
+                groups
+                    .entry(storage)
+                    .or_insert((holders, Vec::new()))
+                    .1
+                    .push(cell);
+            }
+        }
+        groups
+            .into_values()
+            .filter(|(holders, cells)| *holders == cells.len())
+            .filter_map(|(_, cells)| {
+                let mut root = None;
+                let mut views = Vec::new();
+                let mut score = 0.0;
+                for cell in cells {
+                    match cell.candidate(now, policy, true) {
+                        Some(c) if c.action == Action::Recompute && cell.core().strided => {
+                            score += c.score;
+                            views.push(cell);
+                        }
+                        _ if root.is_none() && !cell.core().strided => root = Some(cell),
+                        _ => return None,
+                    }
+                }
+                let root = root?;
+                let bytes = root.core().bytes.max(1) as f64;
+                score += bytes * policy.host_cost_per_byte / bytes;
+                Some((score, (views, root)))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, group)| group)
+    }
+
     /// About sqrt(n) + 32 registered cells chosen at random (all of them when few).
     fn sample(&self, seed: u64) -> Vec<Arc<dyn CellDyn>> {
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -508,6 +557,19 @@ impl Budget {
                 break;
             }
             batch.get_or_insert_with(|| cell.host_batch()).add(&cell);
+        }
+        // A buffer shared by a tensor that can only be offloaded and views of it: once the
+        // views are evicted (recomputed from the tensor when read), the tensor is alone on its
+        // buffer and can be offloaded.
+        while ledger.live_bytes() > target
+            && let Some((views, root)) = self.offloadable_group(now, policy)
+        {
+            if !views.iter().all(|view| view.evict()) {
+                break;
+            }
+            if !batch.get_or_insert_with(|| root.host_batch()).add(&root) {
+                break;
+            }
         }
         let Some(batch) = batch else { return 0 };
         let started = std::time::Instant::now();

@@ -451,33 +451,16 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         // to say what held the memory and which flags would help, instead of a backtrace.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let on_phase = |phase: Phase| memory::mark(&device, phase.label());
-            match scaler.as_mut() {
-                Some(scaler) => {
-                    let (next, loss, outcome) = train::step_scaled(
-                        model,
-                        &mut optim,
-                        batch,
-                        args.lr,
-                        &device,
-                        args.checkpoint_blocks,
-                        scaler,
-                        on_phase,
-                    );
-                    (next, loss, Some(outcome))
-                }
-                None => {
-                    let (next, loss) = train::step_with(
-                        model,
-                        &mut optim,
-                        batch,
-                        args.lr,
-                        &device,
-                        args.checkpoint_blocks,
-                        on_phase,
-                    );
-                    (next, loss, None)
-                }
-            }
+            train::step_full(
+                model,
+                &mut optim,
+                batch,
+                args.lr,
+                &device,
+                args.checkpoint_blocks,
+                scaler.as_mut(),
+                on_phase,
+            )
         }));
         let (next, loss, scaled) = match outcome {
             Ok(result) => result,

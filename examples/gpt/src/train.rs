@@ -68,7 +68,7 @@ pub fn step_with<B: AutodiffBackend>(
     checkpoint_blocks: bool,
     on_phase: impl FnMut(Phase),
 ) -> (Gpt<B>, f32) {
-    let (model, loss, _) = run_step(
+    let (model, loss, _) = step_full(
         model,
         optim,
         batch,
@@ -81,36 +81,12 @@ pub fn step_with<B: AutodiffBackend>(
     (model, loss)
 }
 
-/// As [`step_with`], with dynamic loss scaling: the loss is multiplied by `scaler`'s scale
-/// before the backward pass and the gradients divided back before AdamW; a step whose
-/// gradients hold an inf or NaN is skipped and the scale backs off. The loss returned is the
-/// unscaled one.
+/// As [`step_with`], with dynamic loss scaling when `scaler` is given: the loss is multiplied
+/// by its scale before the backward pass and the gradients divided back before AdamW; a step
+/// whose gradients hold an inf or NaN is skipped and the scale backs off. The loss returned
+/// is the unscaled one; the outcome is the scaler's (`None` without one).
 #[allow(clippy::too_many_arguments)]
-pub fn step_scaled<B: AutodiffBackend>(
-    model: Gpt<B>,
-    optim: &mut GptOptimizer<B>,
-    batch: Batch,
-    lr: f64,
-    device: &B::Device,
-    checkpoint_blocks: bool,
-    scaler: &mut GradScaler,
-    on_phase: impl FnMut(Phase),
-) -> (Gpt<B>, f32, ScaledStep) {
-    let (model, loss, outcome) = run_step(
-        model,
-        optim,
-        batch,
-        lr,
-        device,
-        checkpoint_blocks,
-        Some(scaler),
-        on_phase,
-    );
-    (model, loss, outcome.expect("a scaler was given"))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_step<B: AutodiffBackend>(
+pub fn step_full<B: AutodiffBackend>(
     model: Gpt<B>,
     optim: &mut GptOptimizer<B>,
     batch: Batch,

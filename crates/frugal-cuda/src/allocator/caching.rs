@@ -1,0 +1,701 @@
+//! The caching allocator: segments from the device, carved into blocks, cached when freed.
+//!
+//! Data structures, chosen so every operation is logarithmic in the number of blocks:
+//!
+//! - each segment keeps its blocks in a `BTreeMap` by offset; the blocks tile the mapped part of
+//!   the segment with no gap, so a block's neighbours are the previous and next entries, which
+//!   is what coalescing needs;
+//! - each pool keeps its free blocks in a `BTreeSet` ordered by `(size, segment, offset)`, so
+//!   the first entry at or above the requested size is the best fit (the smallest block that
+//!   fits; ties go to the oldest segment and the lowest offset, which packs memory towards old
+//!   segments and leaves new ones free to be released).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::device::{DeviceError, DeviceMemory};
+use super::stats::{BlockSnapshot, SegmentSnapshot, Snapshot, Stats};
+use super::{
+    ALIGNMENT, AllocError, AllocatorConfig, BlockHandle, FreeQueue, MIN_BLOCK_SIZE, OomHandler,
+    OomInfo, OomReason, Pool, SMALL_SIZE, SegmentId, plain_segment_size, round_size,
+};
+
+/// Free-block key: `(size, segment id, offset)`. Ordered by size first for best fit.
+type FreeKey = (u64, u64, u64);
+
+/// Gives each allocator a distinct id, so a handle from another allocator is recognised.
+static NEXT_ALLOCATOR: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    id: u64,
+    /// Rounded request size, which is what [`Stats::allocated_bytes`] counts.
+    requested: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    size: u64,
+    live: Option<Live>,
+}
+
+#[derive(Debug)]
+struct Segment {
+    pool: Pool,
+    base: u64,
+    /// `Some(virtual size)` for an expandable segment.
+    expandable: Option<u64>,
+    /// Bytes backed by memory from offset 0: the whole size of a plain segment, the mapped
+    /// prefix of an expandable one. Blocks tile exactly `[0, mapped)`.
+    mapped: u64,
+    blocks: BTreeMap<u64, Block>,
+    /// Number of live blocks, so "is this segment unused" is O(1).
+    live: usize,
+}
+
+/// Why growing failed.
+enum GrowError {
+    Cap,
+    DeviceOom,
+    Device(DeviceError),
+}
+
+fn grow_error(e: DeviceError) -> GrowError {
+    match e {
+        DeviceError::OutOfMemory { .. } => GrowError::DeviceOom,
+        other => GrowError::Device(other),
+    }
+}
+
+fn pool_index(pool: Pool) -> usize {
+    match pool {
+        Pool::Small => 0,
+        Pool::Large => 1,
+    }
+}
+
+/// Whether to split a free block of which `remainder` bytes are left over. PyTorch's rule:
+/// in the small pool any remainder of at least one block is worth keeping. In a plain large
+/// segment, a remainder of 1 MiB or less could only serve a large request after merging with a
+/// neighbour, so PyTorch leaves it inside the allocated block rather than create slivers that
+/// fragment the index. In an expandable segment, a remainder at the end merges with the next
+/// growth, and slivers elsewhere merge back on free, so splitting always pays (PyTorch also
+/// splits at 512 B there).
+fn should_split(pool: Pool, expandable: bool, remainder: u64) -> bool {
+    match pool {
+        Pool::Small => remainder >= MIN_BLOCK_SIZE,
+        Pool::Large if expandable => remainder >= MIN_BLOCK_SIZE,
+        Pool::Large => remainder > SMALL_SIZE,
+    }
+}
+
+/// A caching allocator over a [`DeviceMemory`]. See the [module docs](super) for the layout.
+///
+/// Single-threaded by design (`&mut self` everywhere): the CUDA runtime will own one per device
+/// and stream. Frees from elsewhere go through its [`FreeQueue`].
+pub struct CachingAllocator<D: DeviceMemory> {
+    device: D,
+    config: AllocatorConfig,
+    /// Distinct per allocator, written into every handle.
+    instance: u64,
+    /// Whether large segments are expandable (asked for and supported by the device).
+    expandable: bool,
+    /// The device's granule size (only meaningful when `expandable`).
+    granularity: u64,
+    /// Virtual size of a new expandable segment.
+    virtual_size: u64,
+    segments: BTreeMap<u64, Segment>,
+    /// Free blocks per pool (index by [`pool_index`]).
+    free: [BTreeSet<FreeKey>; 2],
+    next_segment: u64,
+    next_block: u64,
+    cap: Option<u64>,
+    handler: Option<OomHandler>,
+    queue: FreeQueue,
+    /// Counters and gauges kept up to date incrementally; the fields computed on demand
+    /// (segment counts, largest free block, cap) are filled in by [`Self::stats`].
+    st: Stats,
+}
+
+impl<D: DeviceMemory> fmt::Debug for CachingAllocator<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachingAllocator")
+            .field("config", &self.config)
+            .field("expandable", &self.expandable)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: DeviceMemory> CachingAllocator<D> {
+    /// An allocator with the default configuration (expandable segments where supported, no
+    /// cap).
+    pub fn new(device: D) -> Self {
+        Self::with_config(device, AllocatorConfig::default())
+    }
+
+    /// An allocator with `config`.
+    pub fn with_config(device: D, config: AllocatorConfig) -> Self {
+        let granularity = device.granularity();
+        // A granule that is not a non-zero multiple of the block size cannot hold whole blocks
+        // at aligned offsets: fall back to plain segments rather than misbehave.
+        let expandable = config.expandable_segments
+            && device.supports_vmm()
+            && granularity > 0
+            && granularity.is_multiple_of(MIN_BLOCK_SIZE);
+        let virtual_size = if expandable {
+            config
+                .expandable_virtual_size
+                .unwrap_or_else(|| device.total_memory())
+                .checked_next_multiple_of(granularity)
+                .unwrap_or(u64::MAX / granularity * granularity)
+                .max(granularity)
+        } else {
+            0
+        };
+        Self {
+            device,
+            instance: NEXT_ALLOCATOR.fetch_add(1, Ordering::Relaxed),
+            expandable,
+            granularity,
+            virtual_size,
+            segments: BTreeMap::new(),
+            free: [BTreeSet::new(), BTreeSet::new()],
+            next_segment: 0,
+            next_block: 0,
+            cap: config.cap,
+            handler: None,
+            queue: FreeQueue::default(),
+            st: Stats::default(),
+            config,
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The device, mutably: for changing its settings (a simulated capacity, say). Allocating
+    /// or freeing memory the allocator owns behind its back breaks it.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// The configuration it was made with (the cap may have changed since, see [`Self::cap`]).
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// Whether large segments are expandable: asked for, and the device supports it.
+    pub fn expandable_segments(&self) -> bool {
+        self.expandable
+    }
+
+    /// Alignment of every block's address and size (for CubeCL's `ComputeStorage::alignment`).
+    pub fn alignment(&self) -> u64 {
+        ALIGNMENT
+    }
+
+    /// The current cap on reserved bytes.
+    pub fn cap(&self) -> Option<u64> {
+        self.cap
+    }
+
+    /// Changes the cap on reserved bytes. Lowering it below what is reserved releases cached
+    /// segments to get under it as far as live blocks allow; memory in live blocks is never
+    /// taken away, but no allocation grows reserved memory beyond the cap afterwards.
+    pub fn set_cap(&mut self, cap: Option<u64>) -> Result<(), AllocError> {
+        self.cap = cap;
+        if let Some(cap) = cap
+            && self.st.reserved_bytes > cap
+        {
+            self.release_cached()?;
+        }
+        Ok(())
+    }
+
+    /// Installs the out-of-memory handler (see [`OomHandler`]), replacing any previous one.
+    pub fn set_oom_handler(&mut self, handler: impl FnMut(&OomInfo) -> bool + Send + 'static) {
+        self.handler = Some(Box::new(handler));
+    }
+
+    /// Removes the out-of-memory handler.
+    pub fn clear_oom_handler(&mut self) {
+        self.handler = None;
+    }
+
+    /// A handle on this allocator's queue of deferred frees.
+    pub fn free_queue(&self) -> FreeQueue {
+        self.queue.clone()
+    }
+
+    /// Allocates `size` bytes (rounded by [`round_size`]): from the cache by best fit if a free
+    /// block fits, else by growing. If growing hits the cap or the device is out of memory, it
+    /// releases cached segments and retries; if that fails too it calls the out-of-memory
+    /// handler, and if the handler freed something, it applies queued frees, releases cached
+    /// segments and tries once more before returning [`AllocError::OutOfMemory`].
+    pub fn alloc(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
+        self.flush();
+        let rounded = round_size(size).ok_or(AllocError::SizeOverflow { requested: size })?;
+        let pool = Pool::for_size(rounded);
+        if let Some(handle) = self.alloc_from_cache(pool, rounded) {
+            return Ok(handle);
+        }
+        let mut reason = match self.grow(pool, rounded) {
+            Ok(handle) => return Ok(handle),
+            Err(GrowError::Device(e)) => return Err(e.into()),
+            Err(GrowError::Cap) => OomReason::Cap,
+            Err(GrowError::DeviceOom) => OomReason::Device,
+        };
+        // Memory cached in unused segments (of either pool) may be what is missing.
+        if self.release_cached()? > 0 {
+            match self.grow(pool, rounded) {
+                Ok(handle) => return Ok(handle),
+                Err(GrowError::Device(e)) => return Err(e.into()),
+                Err(GrowError::Cap) => reason = OomReason::Cap,
+                Err(GrowError::DeviceOom) => reason = OomReason::Device,
+            }
+        }
+        if self.handler.is_some() {
+            let info = OomInfo {
+                requested: size,
+                rounded,
+                pool,
+                reason,
+                stats: self.stats(),
+            };
+            self.st.oom_handler_calls += 1;
+            let freed = match self.handler.as_mut() {
+                Some(handler) => handler(&info),
+                None => false,
+            };
+            if freed {
+                self.flush();
+                if let Some(handle) = self.alloc_from_cache(pool, rounded) {
+                    return Ok(handle);
+                }
+                self.release_cached()?;
+                match self.grow(pool, rounded) {
+                    Ok(handle) => return Ok(handle),
+                    Err(GrowError::Device(e)) => return Err(e.into()),
+                    Err(GrowError::Cap) => reason = OomReason::Cap,
+                    Err(GrowError::DeviceOom) => reason = OomReason::Device,
+                }
+            }
+        }
+        self.st.oom_count += 1;
+        Err(AllocError::OutOfMemory {
+            requested: size,
+            rounded,
+            pool,
+            reason,
+            cap: self.cap,
+            reserved: self.st.reserved_bytes,
+            allocated: self.st.allocated_bytes,
+            largest_free_block: self.largest_free(pool),
+        })
+    }
+
+    /// Allocates `size` bytes only if a cached free block fits, never calling the device:
+    /// `None` on a miss (or a size that overflows). This is the "no-grow" mode of the CubeCL
+    /// glue, which on a miss first hands back the slots CubeCL holds and then calls
+    /// [`Self::alloc`].
+    pub fn try_alloc_cached(&mut self, size: u64) -> Option<BlockHandle> {
+        self.flush();
+        let rounded = round_size(size)?;
+        self.alloc_from_cache(Pool::for_size(rounded), rounded)
+    }
+
+    /// Frees a live block: it merges with its free neighbours and stays cached in its segment.
+    /// A handle that is not live (freed already) or not from this allocator is refused with an
+    /// error, and nothing changes.
+    pub fn dealloc(&mut self, handle: BlockHandle) -> Result<(), AllocError> {
+        if handle.allocator != self.instance {
+            return Err(AllocError::UnknownBlock { handle });
+        }
+        let seg_id = handle.segment.0;
+        let Some(seg) = self.segments.get_mut(&seg_id) else {
+            return Err(AllocError::DoubleFree { handle });
+        };
+        let block = match seg.blocks.get(&handle.offset) {
+            Some(b) if b.live.is_some_and(|l| l.id == handle.id) => *b,
+            _ => return Err(AllocError::DoubleFree { handle }),
+        };
+        let requested = block.live.map_or(0, |l| l.requested);
+        let free = &mut self.free[pool_index(seg.pool)];
+        let mut start = handle.offset;
+        let mut size = block.size;
+        if let Some((&prev, &pb)) = seg.blocks.range(..handle.offset).next_back()
+            && pb.live.is_none()
+        {
+            free.remove(&(pb.size, seg_id, prev));
+            seg.blocks.remove(&handle.offset);
+            start = prev;
+            size += pb.size;
+        }
+        if let Some((&next, &nb)) = seg.blocks.range(handle.offset + 1..).next()
+            && nb.live.is_none()
+        {
+            free.remove(&(nb.size, seg_id, next));
+            seg.blocks.remove(&next);
+            size += nb.size;
+        }
+        seg.blocks.insert(start, Block { size, live: None });
+        free.insert((size, seg_id, start));
+        seg.live -= 1;
+        self.st.allocated_bytes -= requested;
+        self.st.free_bytes += block.size;
+        self.st.active_blocks -= 1;
+        self.st.free_count += 1;
+        Ok(())
+    }
+
+    /// Applies the frees queued on the [`FreeQueue`]; returns how many were applied. Refused
+    /// ones (not live) are counted in [`Stats::rejected_queued_frees`].
+    pub fn flush(&mut self) -> usize {
+        let mut applied = 0;
+        for handle in self.queue.take() {
+            match self.dealloc(handle) {
+                Ok(()) => applied += 1,
+                Err(_) => self.st.rejected_queued_frees += 1,
+            }
+        }
+        applied
+    }
+
+    /// Returns unused memory to the device: every segment without a live block, and the
+    /// granules of an expandable segment's free tail (its last block, when free). Free blocks
+    /// between live ones stay cached. Returns the bytes released. The same as PyTorch's
+    /// `empty_cache`.
+    pub fn release_cached(&mut self) -> Result<u64, AllocError> {
+        let g = self.granularity;
+        let ids: Vec<u64> = self.segments.keys().copied().collect();
+        let mut released = 0;
+        for id in ids {
+            let Some(seg) = self.segments.get(&id) else {
+                continue;
+            };
+            let pool = pool_index(seg.pool);
+            match seg.expandable {
+                None => {
+                    if seg.live != 0 {
+                        continue;
+                    }
+                    self.device.free(seg.base, seg.mapped)?;
+                    let size = seg.mapped;
+                    self.segments.remove(&id);
+                    self.free[pool].remove(&(size, id, 0));
+                    self.st.reserved_bytes -= size;
+                    self.st.free_bytes -= size;
+                    self.st.device_frees += 1;
+                    released += size;
+                }
+                Some(virtual_size) => {
+                    let tail = seg.blocks.last_key_value().map(|(&o, &b)| (o, b));
+                    if let Some((offset, block)) = tail
+                        && block.live.is_none()
+                    {
+                        // Keep the granule the free block starts in if it is shared with a
+                        // live block; unmap every granule after it.
+                        let keep = offset.next_multiple_of(g);
+                        if keep < seg.mapped {
+                            let trim = seg.mapped - keep;
+                            self.device.unmap(seg.base, keep, trim)?;
+                            let Some(seg) = self.segments.get_mut(&id) else {
+                                continue;
+                            };
+                            self.free[pool].remove(&(block.size, id, offset));
+                            if keep > offset {
+                                let size = keep - offset;
+                                seg.blocks.insert(offset, Block { size, live: None });
+                                self.free[pool].insert((size, id, offset));
+                            } else {
+                                seg.blocks.remove(&offset);
+                            }
+                            seg.mapped = keep;
+                            self.st.reserved_bytes -= trim;
+                            self.st.free_bytes -= trim;
+                            self.st.device_frees += 1;
+                            released += trim;
+                        }
+                    }
+                    if let Some(seg) = self.segments.get(&id)
+                        && seg.mapped == 0
+                    {
+                        self.device.release(seg.base, virtual_size)?;
+                        self.segments.remove(&id);
+                    }
+                }
+            }
+        }
+        Ok(released)
+    }
+
+    /// Same as [`Self::release_cached`], under PyTorch's name.
+    pub fn empty_cache(&mut self) -> Result<u64, AllocError> {
+        self.release_cached()
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> Stats {
+        let mut st = self.st;
+        st.segments = self.segments.len() as u64;
+        st.expandable_segments = self
+            .segments
+            .values()
+            .filter(|s| s.expandable.is_some())
+            .count() as u64;
+        st.largest_free_block = self
+            .largest_free(Pool::Small)
+            .max(self.largest_free(Pool::Large));
+        st.cap = self.cap;
+        st
+    }
+
+    /// Sets the peaks to the current values, to measure the peak of a phase.
+    pub fn reset_peak(&mut self) {
+        self.st.peak_allocated_bytes = self.st.allocated_bytes;
+        self.st.peak_reserved_bytes = self.st.reserved_bytes;
+    }
+
+    /// Every segment and block, and the statistics.
+    pub fn snapshot(&self) -> Snapshot {
+        let segments = self
+            .segments
+            .iter()
+            .map(|(&id, seg)| SegmentSnapshot {
+                id: SegmentId(id),
+                pool: seg.pool,
+                expandable: seg.expandable.is_some(),
+                address: seg.base,
+                virtual_size: seg.expandable.unwrap_or(seg.mapped),
+                mapped_size: seg.mapped,
+                blocks: seg
+                    .blocks
+                    .iter()
+                    .map(|(&offset, b)| BlockSnapshot {
+                        offset,
+                        size: b.size,
+                        allocated: b.live.is_some(),
+                        requested: b.live.map_or(0, |l| l.requested),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Snapshot {
+            segments,
+            stats: self.stats(),
+        }
+    }
+
+    fn largest_free(&self, pool: Pool) -> u64 {
+        self.free[pool_index(pool)]
+            .last()
+            .map_or(0, |&(size, _, _)| size)
+    }
+
+    fn add_reserved(&mut self, bytes: u64) {
+        self.st.reserved_bytes += bytes;
+        self.st.peak_reserved_bytes = self.st.peak_reserved_bytes.max(self.st.reserved_bytes);
+        self.st.free_bytes += bytes;
+    }
+
+    /// Fails with [`GrowError::Cap`] if reserving `extra` more bytes would exceed the cap.
+    fn check_cap(&self, extra: u64) -> Result<(), GrowError> {
+        match self.cap {
+            Some(cap)
+                if self
+                    .st
+                    .reserved_bytes
+                    .checked_add(extra)
+                    .is_none_or(|r| r > cap) =>
+            {
+                Err(GrowError::Cap)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Best fit from the pool's cached free blocks.
+    fn alloc_from_cache(&mut self, pool: Pool, rounded: u64) -> Option<BlockHandle> {
+        let key = *self.free[pool_index(pool)]
+            .range((rounded, 0, 0)..)
+            .next()?;
+        let handle = self.take(key, rounded);
+        self.st.cache_hits += 1;
+        Some(handle)
+    }
+
+    /// Hands out the free block `key` for a request of `rounded` bytes, splitting off the rest
+    /// when it is worth keeping.
+    fn take(&mut self, key: FreeKey, rounded: u64) -> BlockHandle {
+        let (size, seg_id, offset) = key;
+        let seg = self
+            .segments
+            .get_mut(&seg_id)
+            .expect("free index names a live segment");
+        let free = &mut self.free[pool_index(seg.pool)];
+        free.remove(&key);
+        let remainder = size - rounded;
+        let block_size = if should_split(seg.pool, seg.expandable.is_some(), remainder) {
+            seg.blocks.insert(
+                offset + rounded,
+                Block {
+                    size: remainder,
+                    live: None,
+                },
+            );
+            free.insert((remainder, seg_id, offset + rounded));
+            rounded
+        } else {
+            size
+        };
+        let id = self.next_block;
+        self.next_block += 1;
+        seg.blocks.insert(
+            offset,
+            Block {
+                size: block_size,
+                live: Some(Live {
+                    id,
+                    requested: rounded,
+                }),
+            },
+        );
+        seg.live += 1;
+        let address = seg.base + offset;
+        self.st.free_bytes -= block_size;
+        self.st.allocated_bytes += rounded;
+        self.st.peak_allocated_bytes = self.st.peak_allocated_bytes.max(self.st.allocated_bytes);
+        self.st.active_blocks += 1;
+        self.st.alloc_count += 1;
+        BlockHandle {
+            allocator: self.instance,
+            id,
+            segment: SegmentId(seg_id),
+            offset,
+            size: rounded,
+            address,
+        }
+    }
+
+    /// Adds a segment whose `[0, mapped)` is one free block.
+    fn new_segment(&mut self, pool: Pool, base: u64, expandable: Option<u64>, mapped: u64) -> u64 {
+        let id = self.next_segment;
+        self.next_segment += 1;
+        let mut blocks = BTreeMap::new();
+        blocks.insert(
+            0,
+            Block {
+                size: mapped,
+                live: None,
+            },
+        );
+        self.segments.insert(
+            id,
+            Segment {
+                pool,
+                base,
+                expandable,
+                mapped,
+                blocks,
+                live: 0,
+            },
+        );
+        self.free[pool_index(pool)].insert((mapped, id, 0));
+        self.add_reserved(mapped);
+        self.st.device_allocs += 1;
+        id
+    }
+
+    /// Gets memory from the device for a request no cached block fits, and allocates it.
+    fn grow(&mut self, pool: Pool, rounded: u64) -> Result<BlockHandle, GrowError> {
+        if pool == Pool::Large && self.expandable {
+            return self.grow_expandable(rounded);
+        }
+        let size = plain_segment_size(rounded).ok_or(GrowError::DeviceOom)?;
+        self.check_cap(size)?;
+        let base = self.device.alloc(size).map_err(grow_error)?;
+        let id = self.new_segment(pool, base, None, size);
+        Ok(self.take((size, id, 0), rounded))
+    }
+
+    /// Grows an expandable segment at its end (merging with its free tail) or, if none has the
+    /// address space left, makes a new one.
+    fn grow_expandable(&mut self, rounded: u64) -> Result<BlockHandle, GrowError> {
+        let g = self.granularity;
+        // The segment needing the fewest new granules: the request minus its free tail.
+        let mut best: Option<(u64, u64, u64)> = None; // (growth, segment, tail offset)
+        for (&id, seg) in &self.segments {
+            let Some(virtual_size) = seg.expandable else {
+                continue;
+            };
+            let (tail, tail_free) = match seg.blocks.last_key_value() {
+                Some((&offset, b)) if b.live.is_none() => (offset, b.size),
+                _ => (seg.mapped, 0),
+            };
+            let Some(growth) = rounded
+                .saturating_sub(tail_free)
+                .checked_next_multiple_of(g)
+            else {
+                continue;
+            };
+            let fits = seg
+                .mapped
+                .checked_add(growth)
+                .is_some_and(|m| m <= virtual_size);
+            if fits && best.is_none_or(|(b, _, _)| growth < b) {
+                best = Some((growth, id, tail));
+            }
+        }
+        if let Some((growth, id, tail)) = best {
+            self.check_cap(growth)?;
+            let Some(seg) = self.segments.get(&id) else {
+                return Err(GrowError::DeviceOom);
+            };
+            if growth > 0 {
+                self.device
+                    .map(seg.base, seg.mapped, growth)
+                    .map_err(grow_error)?;
+            }
+            let Some(seg) = self.segments.get_mut(&id) else {
+                return Err(GrowError::DeviceOom);
+            };
+            let free = &mut self.free[pool_index(Pool::Large)];
+            let size = match seg.blocks.get(&tail) {
+                Some(b) => {
+                    free.remove(&(b.size, id, tail));
+                    b.size + growth
+                }
+                None => growth,
+            };
+            seg.blocks.insert(tail, Block { size, live: None });
+            seg.mapped += growth;
+            free.insert((size, id, tail));
+            self.add_reserved(growth);
+            // Zero growth cannot follow a cache miss (the free tail would have fitted), but
+            // if it ever happens it is not a device allocation.
+            if growth > 0 {
+                self.st.device_allocs += 1;
+                self.st.segment_growths += 1;
+            }
+            return Ok(self.take((size, id, tail), rounded));
+        }
+        let mapped = rounded
+            .checked_next_multiple_of(g)
+            .ok_or(GrowError::DeviceOom)?;
+        let virtual_size = self.virtual_size.max(mapped);
+        self.check_cap(mapped)?;
+        let base = self.device.reserve(virtual_size).map_err(grow_error)?;
+        if let Err(e) = self.device.map(base, 0, mapped) {
+            // Nothing is mapped: giving the range back cannot leave memory behind, and a
+            // failure to do so only leaks address space, so the map error is the one to report.
+            let _ = self.device.release(base, virtual_size);
+            return Err(grow_error(e));
+        }
+        let id = self.new_segment(Pool::Large, base, Some(virtual_size), mapped);
+        Ok(self.take((mapped, id, 0), rounded))
+    }
+}

@@ -1,0 +1,582 @@
+//! Unit tests of the caching allocator on a simulated device (no GPU needed).
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::{GIB, KIB, MIB, all_segments_free, check_invariants};
+use frugal_cuda::allocator::{
+    AllocError, AllocatorConfig, BlockHandle, CachingAllocator, LARGE_SEGMENT, MIN_BLOCK_SIZE,
+    OomInfo, OomReason, Pool, SMALL_SEGMENT, SMALL_SIZE, SimulatedDevice, format_bytes,
+    plain_segment_size, round_size,
+};
+
+fn plain() -> CachingAllocator<SimulatedDevice> {
+    CachingAllocator::new(SimulatedDevice::new().without_vmm())
+}
+
+fn expandable() -> CachingAllocator<SimulatedDevice> {
+    let a = CachingAllocator::new(SimulatedDevice::new());
+    assert!(a.expandable_segments());
+    a
+}
+
+fn ok(a: &CachingAllocator<SimulatedDevice>, live: &[BlockHandle]) {
+    if let Err(e) = check_invariants(a, live) {
+        panic!("invariant broken: {e}\n{:#?}", a.snapshot());
+    }
+}
+
+#[test]
+fn rounding_and_pools() {
+    assert_eq!(round_size(0), Some(MIN_BLOCK_SIZE));
+    assert_eq!(round_size(1), Some(512));
+    assert_eq!(round_size(512), Some(512));
+    assert_eq!(round_size(513), Some(1024));
+    assert_eq!(round_size(u64::MAX), None);
+    assert_eq!(Pool::for_size(SMALL_SIZE), Pool::Small);
+    assert_eq!(Pool::for_size(SMALL_SIZE + 512), Pool::Large);
+    assert_eq!(plain_segment_size(512), Some(SMALL_SEGMENT));
+    assert_eq!(plain_segment_size(SMALL_SIZE), Some(SMALL_SEGMENT));
+    assert_eq!(plain_segment_size(SMALL_SIZE + 512), Some(LARGE_SEGMENT));
+    assert_eq!(plain_segment_size(10 * MIB - 512), Some(LARGE_SEGMENT));
+    assert_eq!(plain_segment_size(10 * MIB), Some(10 * MIB));
+    assert_eq!(plain_segment_size(11 * MIB), Some(12 * MIB));
+
+    let mut a = plain();
+    let zero = a.alloc(0).unwrap();
+    let one = a.alloc(1).unwrap();
+    let odd = a.alloc(1000).unwrap();
+    assert_eq!((zero.size(), one.size(), odd.size()), (512, 512, 1024));
+    // Zero-byte blocks are real blocks: distinct addresses.
+    assert_ne!(zero.address(), one.address());
+    assert_eq!(a.alignment(), 512);
+    ok(&a, &[zero, one, odd]);
+    assert_eq!(a.stats().allocated_bytes, 2048);
+    assert_eq!(a.stats().reserved_bytes, SMALL_SEGMENT);
+}
+
+#[test]
+fn best_fit_chooses_the_smallest_fitting_block() {
+    let mut a = plain();
+    // One small segment: holes of 100, 300 and 200 KiB separated by live 4 KiB blocks.
+    let h100 = a.alloc(100 * KIB).unwrap();
+    let s1 = a.alloc(4 * KIB).unwrap();
+    let h300 = a.alloc(300 * KIB).unwrap();
+    let s2 = a.alloc(4 * KIB).unwrap();
+    let h200 = a.alloc(200 * KIB).unwrap();
+    let s3 = a.alloc(4 * KIB).unwrap();
+    assert_eq!(a.stats().segments, 1);
+    for h in [h100, h300, h200] {
+        a.dealloc(h).unwrap();
+    }
+    ok(&a, &[s1, s2, s3]);
+    let hits = a.stats().cache_hits;
+
+    // 150 KiB fits the 200 and 300 KiB holes and the tail (over 1 MiB): the 200 KiB one wins.
+    let x = a.alloc(150 * KIB).unwrap();
+    assert_eq!(x.address(), h200.address());
+    // 250 KiB: only the 300 KiB hole and the tail fit; the hole is smaller.
+    let y = a.alloc(250 * KIB).unwrap();
+    assert_eq!(y.address(), h300.address());
+    // 100 KiB: exactly the 100 KiB hole.
+    let z = a.alloc(100 * KIB).unwrap();
+    assert_eq!(z.address(), h100.address());
+    assert_eq!(a.stats().cache_hits, hits + 3);
+    assert_eq!(a.stats().segments, 1);
+    ok(&a, &[s1, s2, s3, x, y, z]);
+}
+
+#[test]
+fn splitting_follows_the_pool_rules() {
+    // Small pool: any remainder of at least 512 B is split off.
+    let mut a = plain();
+    let h = a.alloc(1000).unwrap();
+    let seg = &a.snapshot().segments[0];
+    assert_eq!(seg.blocks.len(), 2);
+    assert_eq!((seg.blocks[0].size, seg.blocks[0].allocated), (1024, true));
+    assert_eq!(
+        (seg.blocks[1].size, seg.blocks[1].allocated),
+        (SMALL_SEGMENT - 1024, false)
+    );
+    ok(&a, &[h]);
+
+    // Plain large segment: 3 MiB in a 20 MiB segment leaves 17 MiB, which is split off.
+    let mut a = plain();
+    let h = a.alloc(3 * MIB).unwrap();
+    let seg = &a.snapshot().segments[0];
+    assert_eq!(seg.mapped_size, LARGE_SEGMENT);
+    assert_eq!(seg.blocks[0].size, 3 * MIB);
+    assert_eq!(seg.blocks[1].size, 17 * MIB);
+    ok(&a, &[h]);
+
+    // Plain large segment: a remainder of at most 1 MiB stays inside the block. 19.5 MiB gets
+    // a 20 MiB segment; the block is 20 MiB, the handle and `allocated` say 19.5 MiB.
+    let mut a = plain();
+    let h = a.alloc(19 * MIB + 512 * KIB).unwrap();
+    let snap = a.snapshot();
+    assert_eq!(snap.segments[0].blocks.len(), 1);
+    assert_eq!(snap.segments[0].blocks[0].size, 20 * MIB);
+    assert_eq!(h.size(), 19 * MIB + 512 * KIB);
+    assert_eq!(snap.stats.allocated_bytes, 19 * MIB + 512 * KIB);
+    assert_eq!(snap.stats.unused_reserved_bytes(), 512 * KIB);
+    ok(&a, &[h]);
+
+    // Expandable segment: 3 MiB + 512 B maps 4 MiB; the remainder is split off even though it
+    // is below 1 MiB, so it can merge with the next growth.
+    let mut a = expandable();
+    let h = a.alloc(3 * MIB + 512).unwrap();
+    let seg = &a.snapshot().segments[0];
+    assert_eq!(seg.mapped_size, 4 * MIB);
+    assert_eq!(seg.blocks[1].size, MIB - 512);
+    ok(&a, &[h]);
+}
+
+#[test]
+fn coalescing_restores_one_free_block_per_segment() {
+    for mut a in [plain(), expandable()] {
+        let sizes = [
+            700 * KIB,
+            3 * KIB,
+            64 * KIB,
+            2 * MIB,
+            5 * MIB,
+            3 * MIB,
+            12 * MIB,
+            1,
+        ];
+        let mut live: Vec<BlockHandle> = sizes.iter().map(|&s| a.alloc(s).unwrap()).collect();
+        // Enough neighbours in each pool to exercise merging with the previous block, the
+        // next block and both.
+        live.extend(sizes.iter().map(|&s| a.alloc(s).unwrap()));
+        ok(&a, &live);
+        // Free every other block, then the rest: the second pass merges on both sides.
+        let (even, odd): (Vec<_>, Vec<_>) = live.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+        let odd: Vec<BlockHandle> = odd.into_iter().map(|(_, h)| *h).collect();
+        for (_, h) in even {
+            a.dealloc(*h).unwrap();
+        }
+        ok(&a, &odd);
+        for (i, h) in odd.iter().enumerate() {
+            a.dealloc(*h).unwrap();
+            ok(&a, &odd[i + 1..]);
+        }
+        all_segments_free(&a.snapshot()).unwrap();
+        a.release_cached().unwrap();
+        assert_eq!(a.stats().reserved_bytes, 0);
+        assert_eq!(a.stats().segments, 0);
+        ok(&a, &[]);
+    }
+}
+
+#[test]
+fn a_freed_middle_block_merges_with_both_neighbours() {
+    let mut a = plain();
+    let x = a.alloc(10 * KIB).unwrap();
+    let y = a.alloc(10 * KIB).unwrap();
+    let z = a.alloc(10 * KIB).unwrap();
+    let keep = a.alloc(10 * KIB).unwrap();
+    a.dealloc(x).unwrap();
+    a.dealloc(z).unwrap();
+    assert_eq!(a.snapshot().segments[0].blocks.len(), 5);
+    a.dealloc(y).unwrap();
+    let blocks = &a.snapshot().segments[0].blocks;
+    assert_eq!(blocks.len(), 3);
+    assert_eq!((blocks[0].size, blocks[0].allocated), (30 * KIB, false));
+    ok(&a, &[keep]);
+}
+
+#[test]
+fn small_and_large_pools_are_separate() {
+    let mut a = plain();
+    let small = a.alloc(SMALL_SIZE).unwrap();
+    let large = a.alloc(SMALL_SIZE + 1).unwrap();
+    let snap = a.snapshot();
+    assert_eq!(snap.segments.len(), 2);
+    let pool_of = |h: &BlockHandle| snap.segments.iter().find(|s| s.id == h.segment()).unwrap();
+    assert_eq!(pool_of(&small).pool, Pool::Small);
+    assert_eq!(pool_of(&large).pool, Pool::Large);
+    assert_eq!(pool_of(&small).mapped_size, SMALL_SEGMENT);
+    assert_eq!(pool_of(&large).mapped_size, LARGE_SEGMENT);
+    ok(&a, &[small, large]);
+
+    // A free small segment is not used for a large request, nor a large one for small.
+    a.dealloc(small).unwrap();
+    a.dealloc(large).unwrap();
+    let big = a.alloc(SMALL_SIZE + 512).unwrap();
+    assert_eq!(big.segment(), large.segment());
+    let little = a.alloc(4 * KIB).unwrap();
+    assert_eq!(little.segment(), small.segment());
+    // The small segment has 2 MiB - 4 KiB free: one more 1 MiB block fits there, the next
+    // one gets a new small segment rather than a piece of the large segment's 19 MiB.
+    let mut live = vec![big, little];
+    for _ in 0..2 {
+        live.push(a.alloc(SMALL_SIZE).unwrap());
+    }
+    assert_eq!(a.stats().segments, 3);
+    ok(&a, &live);
+}
+
+#[test]
+fn expandable_segment_grows_instead_of_adding_segments() {
+    let mut a = expandable();
+    let sizes = [
+        3 * MIB,
+        5 * MIB,
+        50 * MIB,
+        100 * MIB,
+        7 * MIB + 3,
+        300 * MIB,
+    ];
+    let mut live = Vec::new();
+    for &s in &sizes {
+        live.push(a.alloc(s).unwrap());
+        ok(&a, &live);
+    }
+    let st = a.stats();
+    assert_eq!(st.segments, 1, "{st:?}");
+    assert_eq!(st.expandable_segments, 1);
+    assert_eq!(a.device().reservations(), 1);
+    assert_eq!(a.device().plain_allocations(), 0);
+    assert_eq!(st.segment_growths, sizes.len() as u64 - 1);
+    // Growth is by whole granules, and a free tail is reused: reserved is within one granule
+    // of what is allocated.
+    assert!(
+        st.reserved_bytes - st.allocated_bytes < 2 * MIB,
+        "reserved {} allocated {}",
+        st.reserved_bytes,
+        st.allocated_bytes
+    );
+
+    // Freeing the last block and asking for a bigger one extends the free tail in place.
+    let last = live.pop().unwrap();
+    a.dealloc(last).unwrap();
+    let bigger = a.alloc(310 * MIB).unwrap();
+    assert_eq!(bigger.address(), last.address());
+    assert_eq!(a.stats().segments, 1);
+    live.push(bigger);
+    ok(&a, &live);
+
+    // Releasing the cache unmaps the free granules at the end only.
+    let bigger = live.pop().unwrap();
+    a.dealloc(bigger).unwrap();
+    let released = a.release_cached().unwrap();
+    assert!(released >= 310 * MIB);
+    let end = live.iter().map(|h| h.offset() + h.size()).max().unwrap();
+    assert_eq!(a.stats().reserved_bytes, end.next_multiple_of(2 * MIB));
+    ok(&a, &live);
+
+    // The same sequence without virtual memory management takes four segments: one of 20 MiB
+    // (shared by the 3, 5 and 7 MiB requests) and one each for 50, 100 and 300 MiB.
+    let mut p = plain();
+    let live: Vec<_> = sizes.iter().map(|&s| p.alloc(s).unwrap()).collect();
+    assert_eq!(p.stats().segments, 4);
+    ok(&p, &live);
+}
+
+#[test]
+fn expandable_segments_can_be_turned_off() {
+    let config = AllocatorConfig {
+        expandable_segments: false,
+        ..AllocatorConfig::default()
+    };
+    let mut a = CachingAllocator::with_config(SimulatedDevice::new(), config);
+    assert!(!a.expandable_segments());
+    let h = a.alloc(30 * MIB).unwrap();
+    assert_eq!(a.device().reservations(), 0);
+    assert_eq!(a.device().plain_allocations(), 1);
+    ok(&a, &[h]);
+}
+
+#[test]
+fn cap_refuses_with_a_clear_message() {
+    let config = AllocatorConfig {
+        cap: Some(64 * MIB),
+        ..AllocatorConfig::default()
+    };
+    let mut a = CachingAllocator::with_config(SimulatedDevice::new(), config);
+    let held = a.alloc(40 * MIB).unwrap();
+    let err = a.alloc(30 * MIB).unwrap_err();
+    match &err {
+        AllocError::OutOfMemory {
+            requested,
+            rounded,
+            pool,
+            reason,
+            cap,
+            reserved,
+            allocated,
+            largest_free_block,
+        } => {
+            assert_eq!(*requested, 30 * MIB);
+            assert_eq!(*rounded, 30 * MIB);
+            assert_eq!(*pool, Pool::Large);
+            assert_eq!(*reason, OomReason::Cap);
+            assert_eq!(*cap, Some(64 * MIB));
+            assert_eq!(*reserved, 40 * MIB);
+            assert_eq!(*allocated, 40 * MIB);
+            assert_eq!(*largest_free_block, 0);
+        }
+        other => panic!("expected out of memory, got {other:?}"),
+    }
+    let msg = err.to_string();
+    for part in [
+        "30.00 MiB",
+        "cap of 64.00 MiB",
+        "reserved 40.00 MiB",
+        "allocated 40.00 MiB",
+        "largest free block 0 B",
+    ] {
+        assert!(msg.contains(part), "{part:?} missing from {msg:?}");
+    }
+    println!("{msg}");
+    assert_eq!(a.stats().oom_count, 1);
+    assert_eq!(a.stats().reserved_bytes, 40 * MIB);
+    ok(&a, &[held]);
+}
+
+#[test]
+fn cap_changes_at_run_time() {
+    for mut a in [plain(), expandable()] {
+        a.set_cap(Some(64 * MIB)).unwrap();
+        let x = a.alloc(40 * MIB).unwrap();
+        assert!(a.alloc(40 * MIB).is_err());
+        a.set_cap(Some(128 * MIB)).unwrap();
+        let y = a.alloc(40 * MIB).unwrap();
+        a.set_cap(None).unwrap();
+        let z = a.alloc(GIB).unwrap();
+        ok(&a, &[x, y, z]);
+        assert!(a.stats().reserved_bytes > 128 * MIB);
+
+        // Lowering the cap below what is reserved releases what is cached, keeps what is live,
+        // and stops growth.
+        a.dealloc(z).unwrap();
+        a.set_cap(Some(100 * MIB)).unwrap();
+        assert!(a.stats().reserved_bytes <= 100 * MIB, "{:?}", a.stats());
+        assert!(a.alloc(30 * MIB).is_err());
+        a.dealloc(y).unwrap();
+        let w = a.alloc(30 * MIB).unwrap();
+        assert!(a.stats().reserved_bytes <= 100 * MIB);
+        ok(&a, &[x, w]);
+        assert_eq!(a.cap(), Some(100 * MIB));
+        assert_eq!(a.stats().cap, Some(100 * MIB));
+    }
+}
+
+#[test]
+fn oom_handler_is_called_and_retry_succeeds_when_it_frees() {
+    let mut a = expandable();
+    a.set_cap(Some(100 * MIB)).unwrap();
+    let victim = a.alloc(60 * MIB).unwrap();
+    let queue = a.free_queue();
+    let seen: Arc<Mutex<Vec<OomInfo>>> = Arc::default();
+    let seen2 = seen.clone();
+    // Like Frugal's budget: evict a tensor (queue its block for freeing) and say so.
+    let mut to_evict = Some(victim);
+    a.set_oom_handler(move |info| {
+        seen2.lock().unwrap().push(info.clone());
+        match to_evict.take() {
+            Some(h) => {
+                queue.push(h);
+                true
+            }
+            None => false,
+        }
+    });
+    let h = a.alloc(60 * MIB).unwrap();
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].requested, 60 * MIB);
+        assert_eq!(seen[0].reason, OomReason::Cap);
+        assert_eq!(seen[0].stats.allocated_bytes, 60 * MIB);
+    }
+    let st = a.stats();
+    assert_eq!(st.oom_handler_calls, 1);
+    assert_eq!(st.oom_count, 0);
+    assert_eq!(st.allocated_bytes, 60 * MIB);
+    assert!(st.reserved_bytes <= 100 * MIB);
+    ok(&a, &[h]);
+
+    // Nothing left to evict: the handler says so, and the allocation fails after one call.
+    let err = a.alloc(60 * MIB).unwrap_err();
+    assert!(matches!(err, AllocError::OutOfMemory { .. }));
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(a.stats().oom_count, 1);
+    // A double free pushed on the queue is refused and counted, not fatal.
+    a.free_queue().push(victim);
+    assert_eq!(a.flush(), 0);
+    assert_eq!(a.stats().rejected_queued_frees, 1);
+    ok(&a, &[h]);
+}
+
+#[test]
+fn handler_not_called_when_cached_memory_is_enough() {
+    let mut a = plain();
+    a.set_cap(Some(64 * MIB)).unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    a.set_oom_handler(move |_| {
+        c.fetch_add(1, Ordering::Relaxed);
+        false
+    });
+    // 40 MiB cached in its own segment; a 50 MiB request needs that segment released first.
+    let x = a.alloc(40 * MIB).unwrap();
+    a.dealloc(x).unwrap();
+    let y = a.alloc(50 * MIB).unwrap();
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+    assert_eq!(a.stats().reserved_bytes, 50 * MIB);
+    ok(&a, &[y]);
+    a.clear_oom_handler();
+}
+
+#[test]
+fn driver_oom_releases_cached_segments_and_retries() {
+    // Plain segments: 30 MiB cached, 64 MiB device, a 40 MiB request.
+    let mut a = CachingAllocator::new(SimulatedDevice::new().without_vmm().with_capacity(64 * MIB));
+    let x = a.alloc(30 * MIB).unwrap();
+    a.dealloc(x).unwrap();
+    let y = a.alloc(40 * MIB).unwrap();
+    let c = a.device().counters();
+    assert_eq!(c.out_of_memory, 1, "{c:?}");
+    assert_eq!(c.frees, 1);
+    assert_eq!(a.stats().reserved_bytes, 40 * MIB);
+    ok(&a, &[y]);
+
+    // Expandable: cached small segments hold the memory the large pool needs.
+    let mut a = CachingAllocator::new(SimulatedDevice::new().with_capacity(64 * MIB));
+    // 32 blocks of 1 MiB fill 16 small segments of 2 MiB.
+    let smalls: Vec<_> = (0..32).map(|_| a.alloc(SMALL_SIZE).unwrap()).collect();
+    assert_eq!(a.stats().reserved_bytes, 32 * MIB);
+    for h in smalls {
+        a.dealloc(h).unwrap();
+    }
+    let big = a.alloc(50 * MIB).unwrap();
+    let c = a.device().counters();
+    assert!(c.out_of_memory >= 1, "{c:?}");
+    assert_eq!(c.frees, 16);
+    ok(&a, &[big]);
+
+    // When nothing is cached, the device's refusal is reported as such.
+    let err = a.alloc(30 * MIB).unwrap_err();
+    match err {
+        AllocError::OutOfMemory { reason, .. } => assert_eq!(reason, OomReason::Device),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.to_string().contains("device has no memory left"),
+        "{err}"
+    );
+
+    // The device gets more memory (another process exited): the same request now works.
+    a.device_mut().set_capacity(Some(GIB));
+    let more = a.alloc(30 * MIB).unwrap();
+    ok(&a, &[big, more]);
+}
+
+#[test]
+fn double_free_and_foreign_handles_are_refused() {
+    let mut a = expandable();
+    let x = a.alloc(5 * MIB).unwrap();
+    a.dealloc(x).unwrap();
+    let before = a.stats();
+    assert!(matches!(a.dealloc(x), Err(AllocError::DoubleFree { .. })));
+    assert_eq!(a.stats(), before);
+
+    // A stale handle whose bytes now belong to someone else is refused too.
+    let y = a.alloc(5 * MIB).unwrap();
+    assert_eq!(y.address(), x.address());
+    let err = a.dealloc(x).unwrap_err();
+    assert!(matches!(err, AllocError::DoubleFree { .. }));
+    assert!(err.to_string().contains("double free"), "{err}");
+    ok(&a, &[y]);
+
+    // A handle from another allocator.
+    let mut b = expandable();
+    let foreign = b.alloc(5 * MIB).unwrap();
+    assert!(matches!(
+        a.dealloc(foreign),
+        Err(AllocError::UnknownBlock { .. })
+    ));
+    // After the segment is released.
+    a.dealloc(y).unwrap();
+    a.release_cached().unwrap();
+    assert!(matches!(a.dealloc(y), Err(AllocError::DoubleFree { .. })));
+    ok(&a, &[]);
+    ok(&b, &[foreign]);
+}
+
+#[test]
+fn huge_requests_fail_cleanly() {
+    for mut a in [plain(), expandable()] {
+        assert!(matches!(
+            a.alloc(u64::MAX),
+            Err(AllocError::SizeOverflow { .. })
+        ));
+        assert!(matches!(
+            a.alloc(u64::MAX - 1000),
+            Err(AllocError::OutOfMemory { .. })
+        ));
+        assert!(a.try_alloc_cached(u64::MAX).is_none());
+        ok(&a, &[]);
+    }
+    let mut a = CachingAllocator::new(SimulatedDevice::new().with_capacity(GIB));
+    let err = a.alloc(1 << 40).unwrap_err();
+    assert!(matches!(
+        err,
+        AllocError::OutOfMemory {
+            reason: OomReason::Device,
+            ..
+        }
+    ));
+    assert_eq!(a.stats().segments, 0);
+    ok(&a, &[]);
+}
+
+#[test]
+fn statistics_count_hits_device_calls_and_peaks() {
+    let mut a = expandable();
+    let x = a.alloc(10 * MIB).unwrap();
+    let y = a.alloc(KIB).unwrap();
+    a.dealloc(x).unwrap();
+    let z = a.alloc(8 * MIB).unwrap();
+    let st = a.stats();
+    assert_eq!(st.alloc_count, 3);
+    assert_eq!(st.free_count, 1);
+    assert_eq!(st.cache_hits, 1);
+    assert_eq!(st.device_allocs, 2);
+    assert_eq!(st.peak_allocated_bytes, 10 * MIB + KIB);
+    assert_eq!(st.allocated_bytes, 8 * MIB + KIB);
+    assert_eq!(st.peak_reserved_bytes, 10 * MIB + SMALL_SEGMENT);
+    // 2 MiB free at the end of the large segment plus the rest of the small segment: the
+    // largest is the 2 MiB tail.
+    assert_eq!(st.free_bytes, 2 * MIB + SMALL_SEGMENT - KIB);
+    assert_eq!(st.largest_free_block, 2 * MIB);
+    let frag = 1.0 - (2 * MIB) as f64 / (4 * MIB - KIB) as f64;
+    assert!((st.fragmentation() - frag).abs() < 1e-12);
+
+    a.reset_peak();
+    let st = a.stats();
+    assert_eq!(st.peak_allocated_bytes, st.allocated_bytes);
+    assert_eq!(st.peak_reserved_bytes, st.reserved_bytes);
+    ok(&a, &[y, z]);
+
+    let snap = a.snapshot();
+    assert_eq!(snap.segments.len(), 2);
+    assert!(snap.segments.iter().any(|s| s.expandable));
+    assert_eq!(format_bytes(512), "512 B");
+    assert_eq!(format_bytes(3 * MIB / 2), "1.50 MiB");
+}
+
+#[test]
+fn try_alloc_cached_never_calls_the_device() {
+    let mut a = expandable();
+    assert!(a.try_alloc_cached(MIB).is_none());
+    assert_eq!(a.stats().segments, 0);
+    let x = a.alloc(MIB).unwrap();
+    a.dealloc(x).unwrap();
+    let y = a.try_alloc_cached(100 * KIB).unwrap();
+    assert_eq!(y.segment(), x.segment());
+    ok(&a, &[y]);
+}
