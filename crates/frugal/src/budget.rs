@@ -234,9 +234,9 @@ impl Budget {
         registry.push(cell);
     }
 
-    /// The cheapest group of resident cells that together hold every reference to one buffer
-    /// and can all be recomputed.
-    fn shared_group(&self, now: u64, policy: &Policy) -> Option<Vec<Arc<dyn CellDyn>>> {
+    /// The resident cells of each buffer that several cells share, for the buffers whose every
+    /// holder is a cell (no tensor outside the budget's view also points into them).
+    fn shared_buffers(&self) -> Vec<Vec<Arc<dyn CellDyn>>> {
         let mut groups: std::collections::HashMap<usize, (usize, Vec<Arc<dyn CellDyn>>)> =
             Default::default();
         for cell in self.cells() {
@@ -253,7 +253,16 @@ impl Budget {
         groups
             .into_values()
             .filter(|(holders, cells)| *holders == cells.len())
-            .filter_map(|(_, cells)| {
+            .map(|(_, cells)| cells)
+            .collect()
+    }
+
+    /// The cheapest group of resident cells that together hold every reference to one buffer
+    /// and can all be recomputed.
+    fn shared_group(&self, now: u64, policy: &Policy) -> Option<Vec<Arc<dyn CellDyn>>> {
+        self.shared_buffers()
+            .into_iter()
+            .filter_map(|cells| {
                 let mut score = 0.0;
                 for cell in &cells {
                     let candidate = cell.candidate(now, policy, true)?;
@@ -268,31 +277,13 @@ impl Budget {
 
     /// The cheapest buffer held by one tensor that can be offloaded (not strided, not
     /// recomputable) and by views of it that can all be recomputed: the views, and the tensor.
-    fn offloadable_group(
-        &self,
-        now: u64,
-        policy: &Policy,
-    ) -> Option<(Vec<Arc<dyn CellDyn>>, Arc<dyn CellDyn>)> {
+    fn offloadable_group(&self, now: u64, policy: &Policy) -> Option<OffloadableGroup> {
         if policy.mode == EvictionMode::RecomputeOnly {
             return None;
         }
-        let mut groups: std::collections::HashMap<usize, (usize, Vec<Arc<dyn CellDyn>>)> =
-            Default::default();
-        for cell in self.cells() {
-            if let Some((storage, holders)) = cell.storage_holders()
-                && holders > 1
-            {
-                groups
-                    .entry(storage)
-                    .or_insert((holders, Vec::new()))
-                    .1
-                    .push(cell);
-            }
-        }
-        groups
-            .into_values()
-            .filter(|(holders, cells)| *holders == cells.len())
-            .filter_map(|(_, cells)| {
+        self.shared_buffers()
+            .into_iter()
+            .filter_map(|cells| {
                 let mut root = None;
                 let mut views = Vec::new();
                 let mut score = 0.0;
@@ -307,9 +298,8 @@ impl Budget {
                     }
                 }
                 let root = root?;
-                let bytes = root.core().bytes.max(1) as f64;
-                score += bytes * policy.host_cost_per_byte / bytes;
-                Some((score, (views, root)))
+                score += policy.host_cost_per_byte;
+                Some((score, OffloadableGroup { views, root }))
             })
             .min_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, group)| group)
@@ -562,7 +552,7 @@ impl Budget {
         // views are evicted (recomputed from the tensor when read), the tensor is alone on its
         // buffer and can be offloaded.
         while ledger.live_bytes() > target
-            && let Some((views, root)) = self.offloadable_group(now, policy)
+            && let Some(OffloadableGroup { views, root }) = self.offloadable_group(now, policy)
         {
             if !views.iter().all(|view| view.evict()) {
                 break;
@@ -581,6 +571,12 @@ impl Budget {
         self.offload_nanos.fetch_add(waited, Relaxed);
         waited
     }
+}
+
+/// A buffer held by one tensor that can be offloaded and by recomputable views of it.
+struct OffloadableGroup {
+    views: Vec<Arc<dyn CellDyn>>,
+    root: Arc<dyn CellDyn>,
 }
 
 /// Carries out an eviction that needs no wait for the device: recompute later, or compress.

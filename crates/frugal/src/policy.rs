@@ -40,7 +40,8 @@ pub enum EvictionMode {
     Auto,
     /// Only recomputation; tensors that cannot be recomputed stay.
     RecomputeOnly,
-    /// Only host offload.
+    /// Only host offload, except tensors with a strided layout (views and what is computed
+    /// from them), which a host copy would not reproduce exactly: those are recomputed.
     OffloadOnly,
 }
 
@@ -122,6 +123,11 @@ impl Candidate {
         let (cost, action) = match (policy.mode, recompute, offload) {
             (EvictionMode::RecomputeOnly, Some(r), _) => (Some(r), Action::Recompute),
             (EvictionMode::OffloadOnly, _, Some(o)) => (Some(o), Action::Offload),
+            // A host copy would not keep a strided layout (and some backends round reductions
+            // by layout), so such a tensor is recomputed even here rather than kept.
+            (EvictionMode::OffloadOnly, Some(r), None) if core.strided => {
+                (Some(r), Action::Recompute)
+            }
             (EvictionMode::Auto, Some(r), _) => (Some(r), Action::Recompute),
             (EvictionMode::Auto, None, Some(o)) => (Some(o), Action::Offload),
             _ => (None, Action::Recompute),
