@@ -539,15 +539,25 @@ impl<B: burn_core::tensor::backend::AutodiffBackend> burn_core::module::ModuleVi
         &mut self,
         param: &burn_core::module::Param<burn_core::tensor::Tensor<B, D>>,
     ) {
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
-            return;
-        };
-        let dtype = param.val().dtype();
-        let grad = if grad.dtype() == dtype {
-            grad
-        } else {
-            grad.cast(dtype)
-        };
-        self.grads.register(param.id, grad);
+        if let Some(grad) = take_grad_as_param::<B, D>(self.grads, param) {
+            self.grads.register(param.id, grad);
+        }
     }
+}
+
+/// Removes `param`'s gradient from `grads`, cast to the parameter's type if it differs.
+pub(crate) fn take_grad_as_param<B, const D: usize>(
+    grads: &mut burn_optim::GradientsParams,
+    param: &burn_core::module::Param<burn_core::tensor::Tensor<B, D>>,
+) -> Option<burn_core::tensor::Tensor<B::InnerBackend, D>>
+where
+    B: burn_core::tensor::backend::AutodiffBackend,
+{
+    let grad = grads.remove::<B::InnerBackend, D>(param.id)?;
+    let dtype = param.val().dtype();
+    Some(if grad.dtype() == dtype {
+        grad
+    } else {
+        grad.cast(dtype)
+    })
 }

@@ -265,15 +265,9 @@ struct Unscale<'a, B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Unscale<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
-            return;
-        };
         // In the parameter's type: under autocast with 16-bit outputs a gradient may be 16-bit.
-        let dtype = param.val().dtype();
-        let grad = if grad.dtype() == dtype {
-            grad
-        } else {
-            grad.cast(dtype)
+        let Some(grad) = crate::precision::take_grad_as_param::<B, D>(self.grads, param) else {
+            return;
         };
         let grad = grad.mul_scalar(self.inv_scale);
         let bad: Tensor<B::InnerBackend, D, Bool> =
