@@ -102,6 +102,28 @@ struct Args {
     /// kernels are compiled (and fused matmuls autotuned) for every new sequence of ops.
     #[arg(long)]
     no_fusion: bool,
+    /// When Frugal runs its own CubeCL kernels (casts, compressed storage) instead of the inner
+    /// backend's ops: auto (not for casts under fusion), always, never.
+    #[arg(long, value_enum, default_value = "auto")]
+    kernels: KernelsArg,
+}
+
+/// `--kernels`, mapped onto [`frugal::kernels::KernelMode`].
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum KernelsArg {
+    Auto,
+    Always,
+    Never,
+}
+
+impl KernelsArg {
+    fn mode(self) -> frugal::kernels::KernelMode {
+        match self {
+            KernelsArg::Auto => frugal::kernels::KernelMode::Auto,
+            KernelsArg::Always => frugal::kernels::KernelMode::Always,
+            KernelsArg::Never => frugal::kernels::KernelMode::Never,
+        }
+    }
 }
 
 const CONFIGS: [&str; 16] = [
@@ -178,6 +200,9 @@ struct Line {
     step_ms: Vec<f64>,
     tokens_per_s: f64,
     losses: Vec<f32>,
+    /// `--kernels` and how many casts Frugal's own kernel ran (all steps; 0 for plain Burn).
+    kernels: String,
+    kernel_casts: u64,
     ledger_vs_pool: Vec<PhasePoint>,
     budget_bytes: Option<u64>,
     checkpoint_blocks: bool,
@@ -484,6 +509,8 @@ fn run_named<B: Backend>(name: &str, args: &Args) -> Line {
 /// Runs `name` on `A`; `ledger` when `A` is Frugal's, under `budget` if given.
 fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option<u64>) -> Line {
     let device = A::Device::default();
+    frugal::kernels::set_mode(args.kernels.mode());
+    let kernels_before = frugal::kernels::stats();
     let config = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
     let checkpoint_blocks = scoped(name);
     if budget.is_some() {
@@ -581,6 +608,8 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         step_ms: every_step_ms,
         tokens_per_s: (args.batch * args.seq) as f64 / (step_ms / 1e3),
         losses,
+        kernels: format!("{:?}", args.kernels).to_lowercase(),
+        kernel_casts: frugal::kernels::stats().casts - kernels_before.casts,
         ledger_vs_pool: points,
         budget_bytes: budget,
         checkpoint_blocks,

@@ -24,6 +24,7 @@
 
 mod backend;
 mod budget;
+pub mod kernels;
 mod ledger;
 pub mod memory;
 pub mod ops;

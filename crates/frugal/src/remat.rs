@@ -86,7 +86,11 @@ macro_rules! kinds {
         $t
     }};
     (@cast $cast:ident, $t:ident, $d:ident) => {
-        B::$cast($t, burn_std::FloatDType::from($d))
+        $crate::kernels::cast_for::<B>(
+            $t,
+            burn_std::FloatDType::from($d),
+            $crate::kernels::CastPurpose::Storage,
+        )
     };
 }
 

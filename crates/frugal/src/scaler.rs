@@ -8,8 +8,10 @@
 //! neither overflows nor underflows, so a clean step gives the optimizer the same bits as an
 //! unscaled backward pass would have.
 //!
-//! This is the portable path: plain Burn ops on any backend, the non-finite checks of all
-//! gradients folded into one device-side flag that is read once per step.
+//! On CubeCL inner backends (features `cuda`, `wgpu`) the gradients are unscaled in place by
+//! Frugal's fused unscale-and-check kernel (see [`crate::kernels`]); elsewhere by the portable
+//! path: plain Burn ops, the non-finite checks of all gradients folded into one device-side
+//! flag. Either way the flag is read once per step.
 
 use burn_core::module::{AutodiffModule, ModuleVisitor, Param};
 use burn_core::tensor::backend::{AutodiffBackend, Backend};
@@ -192,9 +194,14 @@ impl GradScaler {
         module: &M,
         grads: &mut GradientsParams,
     ) -> bool {
+        let inv_scale = 1.0 / self.scale;
+        // CubeCL inner backends: one fused launch per group of gradients (crate::kernels).
+        if let Some(found) = crate::kernels::unscale::<B, M>(module, grads, inv_scale) {
+            return found;
+        }
         let mut visitor = Unscale::<B> {
             grads,
-            inv_scale: 1.0 / self.scale,
+            inv_scale,
             non_finite: None,
         };
         module.visit(&mut visitor);

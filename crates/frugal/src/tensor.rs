@@ -113,6 +113,13 @@ impl<P: Clone + 'static> FrugalTensor<P> {
         }
     }
 
+    /// Whether the tensor is held directly (no budget or scope manages it, so it has no
+    /// recipe).
+    #[cfg_attr(not(feature = "cube"), allow(dead_code))]
+    pub(crate) fn is_plain(&self) -> bool {
+        matches!(self.repr, Repr::Plain { .. })
+    }
+
     /// The device of a managed tensor, read from its cell (`None` for a plain tensor).
     pub(crate) fn managed_device<D: Clone + 'static>(&self) -> Option<D> {
         match &self.repr {

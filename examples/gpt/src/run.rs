@@ -553,6 +553,16 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
         if let Some(settings) = memory_settings(args) {
             println!("{settings}; over the run: {}", remat_summary(&remat));
         }
+        let kernels = frugal::kernels::stats();
+        if kernels != frugal::kernels::KernelStats::default() {
+            println!(
+                "Frugal's kernels: {} casts ({} in fusion), {} gradients unscaled in {} launches",
+                kernels.casts,
+                kernels.fused_casts,
+                kernels.unscaled_tensors,
+                kernels.unscale_launches
+            );
+        }
         println!(
             "wrote {}/steps.json, memory.json, step-memory.png; checkpoints in {}",
             args.out.display(),

@@ -80,7 +80,7 @@ crate::ops::forward_ops! {
     fn float_cumprod(tensor: F, dim: [usize]) -> F;
     fn float_cummin(tensor: F, dim: [usize]) -> F;
     fn float_cummax(tensor: F, dim: [usize]) -> F;
-    fn float_cast(tensor: F, dtype: [FloatDType]) -> F;
+    fn float_cast(tensor: F, dtype: [FloatDType]) -> F via float_cast;
     fn float_exp(tensor: F) -> F;
     fn float_log(tensor: F) -> F;
     fn float_log1p(tensor: F) -> F;

@@ -735,6 +735,19 @@ macro_rules! wrap_managed {
 }
 pub(crate) use wrap_managed;
 
+/// The inner function an op forwards to: `B`'s method of the same name, or
+/// `crate::kernels::$via`, which takes the same arguments and gives the same bits through
+/// Frugal's own kernels where they apply. Recipes replay `B`'s method.
+macro_rules! inner_fn {
+    ($b:ident, $name:ident) => {
+        $b::$name
+    };
+    ($b:ident, $name:ident, $via:ident) => {
+        $crate::kernels::$via::<$b>
+    };
+}
+pub(crate) use inner_fn;
+
 /// Implements one Burn op trait for `Frugal<B>` by forwarding each listed method to `B`'s own
 /// method of the same name. Methods under `manual` are written by hand beside the invocation
 /// (async reads, device moves) but get ids here too.
@@ -746,7 +759,7 @@ macro_rules! forward_ops {
     (
         impl $trait:ident, base $base:expr;
         manual [$($manual:ident),* $(,)?] { $($manual_items:tt)* }
-        $(fn $name:ident($($arg:ident : $kind:tt),* $(,)?) -> $ret:tt;)*
+        $(fn $name:ident($($arg:ident : $kind:tt),* $(,)?) -> $ret:tt $(via $via:ident)?;)*
         views:
         $(fn $vname:ident($vt:ident : $vk:tt $(, $varg:ident : $vkind:tt)* $(,)?) -> $vret:tt;)*
     ) => {
@@ -775,7 +788,7 @@ macro_rules! forward_ops {
                     ledger.count_call(id);
                     if !ledger.budget.managing() {
                         $(let $arg = $crate::ops::split_arg!($kind, $arg);)*
-                        let out = B::$name($($crate::ops::pass!($kind, $arg)),*);
+                        let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
                         return $crate::ops::wrap_out!($ret, out, ledger, id);
                     }
                     let live_before = ledger.live_bytes();
@@ -786,7 +799,7 @@ macro_rules! forward_ops {
                         let ($($arg,)*) = &caps;
                         0 $(+ $crate::ops::arg_bytes!($kind, $arg))*
                     };
-                    let out = B::$name($($crate::ops::pass!($kind, $arg)),*);
+                    let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
                     let out = $crate::ops::wrap_managed!($ret, out, ledger, id, $name, caps, $($arg: $kind),*);
                     $(drop($arg.1);)*
                     let output_bytes = ledger.live_bytes().saturating_sub(live_before);
