@@ -242,6 +242,17 @@ fn unscaled<B: AutodiffBackend>(
     poison: bool,
     device: &B::Device,
 ) -> (Vec<u32>, Vec<u32>, bool) {
+    unscaled_in::<B>(mode, poison, None, device)
+}
+
+/// As [`unscaled`], with the gradients first cast to `grad_dtype` (as autocast with 16-bit
+/// outputs can leave them).
+fn unscaled_in<B: AutodiffBackend>(
+    mode: KernelMode,
+    poison: bool,
+    grad_dtype: Option<DType>,
+    device: &B::Device,
+) -> (Vec<u32>, Vec<u32>, bool) {
     kernels::set_mode(mode);
     B::seed(device, 7);
     let model = net::<B>(device);
@@ -259,6 +270,17 @@ fn unscaled<B: AutodiffBackend>(
         .mean();
     let grads = scaler.scale_loss(loss).backward();
     let mut grads = GradientsParams::from_grads(grads, &model);
+    if let Some(dtype) = grad_dtype {
+        struct Cast<'a>(&'a mut GradientsParams, DType);
+        impl<B: AutodiffBackend> ModuleVisitor<B> for Cast<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                if let Some(grad) = self.0.remove::<B::InnerBackend, D>(param.id) {
+                    self.0.register(param.id, grad.cast(self.1));
+                }
+            }
+        }
+        model.visit(&mut Cast(&mut grads, dtype));
+    }
     let scaled = grad_bits(&model, &grads);
     let found = scaler.unscale(&model, &mut grads);
     (scaled, grad_bits(&model, &grads), found)
@@ -308,4 +330,37 @@ fn grad_scaler_unscales_with_the_fused_kernel_fused_or_not() {
             4
         );
     }
+}
+
+#[test]
+fn sixteen_bit_gradients_are_widened_by_the_fused_scaled_cast() {
+    let _turn = serial();
+    let _reset = Reset;
+    let device = WgpuDevice::default();
+    let f16 = Some(DType::F16);
+    for poison in [false, true] {
+        let (_, portable, portable_found) =
+            unscaled_in::<Autodiff<Frugal<Unfused>>>(KernelMode::Never, poison, f16, &device);
+        assert_eq!(portable_found, poison);
+
+        let before = kernels::stats();
+        let (_, kernel, found) =
+            unscaled_in::<Autodiff<Frugal<Unfused>>>(KernelMode::Auto, poison, f16, &device);
+        let after = kernels::stats();
+        assert_eq!(kernel, portable, "without fusion, poison {poison}");
+        assert_eq!(found, poison);
+        assert_eq!(after.scaled_casts - before.scaled_casts, 4, "4 f16 gradients widened");
+
+        let before = kernels::stats();
+        let (_, kernel, found) =
+            unscaled_in::<Autodiff<Frugal<Wgpu>>>(KernelMode::Auto, poison, f16, &device);
+        let after = kernels::stats();
+        assert_eq!(kernel, portable, "with fusion, poison {poison}");
+        assert_eq!(found, poison);
+        assert_eq!(after.scaled_casts - before.scaled_casts, 4);
+    }
+    // The widened gradients are charged as f32 tensors: nothing is left behind.
+    let live = memory::live_bytes(&device);
+    let _ = unscaled_in::<Autodiff<Frugal<Unfused>>>(KernelMode::Auto, false, f16, &device);
+    assert_eq!(memory::live_bytes(&device), live, "no bytes leak through the widening");
 }

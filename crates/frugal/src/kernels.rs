@@ -329,7 +329,8 @@ pub(crate) mod cube {
         found
     }
 
-    /// Takes each parameter's gradient (cast to the parameter's type) out of `grads`.
+    /// Takes each parameter's gradient out of `grads`, in the parameter's type or, for an f32
+    /// parameter, possibly 16-bit (widened by the unscale).
     struct Take<'a, B: burn_core::tensor::backend::AutodiffBackend> {
         grads: &'a mut burn_optim::GradientsParams,
         ids: Vec<burn_core::module::ParamId>,
@@ -343,10 +344,21 @@ pub(crate) mod cube {
             &mut self,
             param: &burn_core::module::Param<burn_core::tensor::Tensor<B, D>>,
         ) {
-            if let Some(grad) = crate::precision::take_grad_as_param::<B, D>(self.grads, param) {
-                self.ids.push(param.id);
-                self.prims.push(grad.into_primitive().tensor());
-            }
+            let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+                return;
+            };
+            let dtype = param.val().dtype();
+            // A 16-bit gradient of an f32 parameter is widened by the fused scaled cast; any
+            // other mismatch is cast as `precision::match_param_dtypes` does.
+            let widened_by_kernel =
+                dtype == DType::F32 && matches!(grad.dtype(), DType::F16 | DType::BF16);
+            let grad = if grad.dtype() == dtype || widened_by_kernel {
+                grad
+            } else {
+                grad.cast(dtype)
+            };
+            self.ids.push(param.id);
+            self.prims.push(grad.into_primitive().tensor());
         }
     }
 
@@ -446,13 +458,16 @@ pub(crate) mod cube {
         if tensors.iter().any(|t| !t.is_plain()) {
             return None;
         }
-        let (inner, storages): (Vec<P>, Vec<_>) = slot
+        let (inner, records): (Vec<P>, Vec<_>) = slot
             .take()
             .expect("tensors")
             .into_iter()
             .map(|t| {
+                let ledger = t.ledger();
                 let (inner, storage) = t.split();
-                (inner, storage.expect("a plain tensor has its record"))
+                let dtype = inner.dtype();
+                let storage = storage.expect("a plain tensor has its record");
+                (inner, (ledger, dtype, storage))
             })
             .unzip();
         let (inner, found) = match run(inner) {
@@ -462,8 +477,18 @@ pub(crate) mod cube {
         *slot = Some(
             inner
                 .into_iter()
-                .zip(storages)
-                .map(|(inner, storage)| FrugalTensor::plain(inner, storage))
+                .zip(records)
+                .map(|(inner, (ledger, dtype, storage))| {
+                    // A widened gradient is a new buffer: charged as the cast it is, and the
+                    // 16-bit one's record is dropped with it.
+                    let storage = if inner.dtype() == dtype {
+                        storage
+                    } else {
+                        let cast = crate::ops::float::op(crate::ops::float::Op::float_cast);
+                        std::sync::Arc::new(ledger.charge(&inner, cast))
+                    };
+                    FrugalTensor::plain(inner, storage)
+                })
                 .collect(),
         );
         found
@@ -474,8 +499,69 @@ pub(crate) mod cube {
         tensor.dtype == DType::F32 && tensor.is_contiguous() && tensor.can_mut()
     }
 
+    /// Whether a 16-bit gradient can be widened with the fused scaled cast.
+    fn widenable<R: CubeRuntime>(tensor: &CubeTensor<R>) -> bool {
+        matches!(tensor.dtype, DType::F16 | DType::BF16) && tensor.is_contiguous()
+    }
+
+    /// Unscales `tensors` into `flag`: f32 ones in place with the fused unscale-and-check
+    /// kernel, 16-bit ones into new f32 tensors with the fused scaled cast (then checked by the
+    /// same kernel with a factor of 1, which is exact). Every tensor must be [`in_place`] or
+    /// [`widenable`], and `inv_scale` finite and > 0. `false` if a launch failed (then some
+    /// gradients may be unscaled and others not: the caller must skip the step).
+    fn unscale_into<R: CubeRuntime>(
+        client: &cubecl::client::ComputeClient<R>,
+        tensors: Vec<CubeTensor<R>>,
+        inv_scale: f32,
+        flag: &frugal_kernels::FoundInf,
+    ) -> (Vec<CubeTensor<R>>, bool) {
+        let mut ok = true;
+        let mut scaled = Vec::new();
+        let mut widened = Vec::new();
+        let tensors: Vec<_> = tensors
+            .into_iter()
+            .map(|tensor| {
+                if tensor.dtype == DType::F32 {
+                    scaled.push(tensor.clone());
+                    return tensor;
+                }
+                let from = kernel_dtype(tensor.dtype).expect("checked 16-bit");
+                let shape = tensor.meta.shape().clone();
+                let len = shape.num_elements();
+                match frugal_kernels::cast_scaled(
+                    client,
+                    &tensor.handle,
+                    len,
+                    from,
+                    FloatDtype::F32,
+                    inv_scale,
+                ) {
+                    Ok(handle) => {
+                        SCALED_CASTS.fetch_add(1, Relaxed);
+                        let wide = CubeTensor::new_contiguous(
+                            tensor.client.clone(),
+                            tensor.device.clone(),
+                            shape,
+                            handle,
+                            DType::F32,
+                        );
+                        widened.push(wide.clone());
+                        wide
+                    }
+                    Err(_) => {
+                        ok = false;
+                        tensor
+                    }
+                }
+            })
+            .collect();
+        ok &= launch_unscale(client, &scaled, inv_scale, flag).is_ok();
+        ok &= launch_unscale(client, &widened, 1.0, flag).is_ok();
+        (tensors, ok)
+    }
+
     /// The tensors unscaled and whether a non-finite value was found, or the tensors given back
-    /// untouched when the kernel does not apply.
+    /// untouched when the kernels do not apply.
     type Unscaled<T> = Result<(Vec<T>, bool), Vec<T>>;
 
     /// Unscales CubeCL tensors in place and reads the flag (one device wait).
@@ -486,17 +572,16 @@ pub(crate) mod cube {
         let Some(client) = tensors.first().map(|t| t.client.clone()) else {
             return Err(tensors);
         };
-        if !tensors.iter().all(in_place) {
+        let valid_scale = inv_scale.is_finite() && inv_scale > 0.0;
+        if !valid_scale || !tensors.iter().all(|t| in_place(t) || widenable(t)) {
             return Err(tensors);
         }
         let flag = frugal_kernels::FoundInf::new(&client);
-        if launch_unscale(&client, &tensors, inv_scale, &flag).is_err() {
-            return Err(tensors);
-        }
-        match flag.read(&client) {
-            Ok(found) => Ok((tensors, found)),
-            Err(_) => Err(tensors),
-        }
+        let (tensors, ok) = unscale_into(&client, tensors, inv_scale, &flag);
+        // A failed launch or read is reported as non-finite: the step is skipped rather than
+        // taken on gradients of unknown scale.
+        let found = !ok || flag.read(&client).unwrap_or(true);
+        Ok((tensors, found))
     }
 
     /// One fused launch per group of buffers (see `frugal_kernels::unscale_and_check_into`).
@@ -525,9 +610,13 @@ pub(crate) mod cube {
         let Some(client) = tensors.first().map(|t| t.client.clone()) else {
             return Err(tensors);
         };
-        if tensors.iter().any(|t| t.dtype != DType::F32)
-            || !(inv_scale.is_finite() && inv_scale > 0.0)
-        {
+        // What the kernels take: f32 or 16-bit, 32-bit lengths, a finite positive factor.
+        let takes = |t: &FusionTensor<FusionCubeRuntime<R>>| {
+            matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16)
+                && t.shape.num_elements() <= u32::MAX as usize
+        };
+        let valid_scale = inv_scale.is_finite() && inv_scale > 0.0;
+        if !valid_scale || !tensors.iter().all(takes) {
             return Err(tensors);
         }
         let streams = OperationStreams::with_inputs(&tensors);
@@ -584,47 +673,46 @@ pub(crate) mod cube {
                 .iter()
                 .map(|ir| {
                     let tensor = handles.get_float_tensor::<Cube<R>>(ir);
-                    if in_place(&tensor) {
+                    let usable = |t: &CubeTensor<R>| in_place(t) || widenable(t);
+                    if usable(&tensor) {
                         return tensor;
                     }
                     let tensor = burn_cubecl::kernel::into_contiguous(tensor);
-                    if in_place(&tensor) {
-                        tensor
-                    } else {
-                        // Still read elsewhere: scale a copy instead.
-                        let len = tensor.meta.shape().num_elements();
-                        let handle = frugal_kernels::copy(
-                            &tensor.client,
-                            &tensor.handle,
-                            len,
-                            frugal_kernels::FloatDtype::F32,
-                        )
-                        .expect("copying an f32 gradient");
-                        CubeTensor::new_contiguous(
-                            tensor.client.clone(),
-                            tensor.device.clone(),
-                            tensor.meta.shape().clone(),
-                            handle,
-                            DType::F32,
-                        )
+                    if usable(&tensor) {
+                        return tensor;
                     }
+                    // An f32 gradient still read elsewhere: scale a copy instead.
+                    let shape = tensor.meta.shape().clone();
+                    let handle = frugal_kernels::copy(
+                        &tensor.client,
+                        &tensor.handle,
+                        shape.num_elements(),
+                        FloatDtype::F32,
+                    )
+                    .expect("dtype and length checked when the operation was registered");
+                    CubeTensor::new_contiguous(
+                        tensor.client.clone(),
+                        tensor.device.clone(),
+                        shape,
+                        handle,
+                        DType::F32,
+                    )
                 })
                 .collect();
             let client = tensors[0].client.clone();
             let device = tensors[0].device.clone();
             let flag = frugal_kernels::FoundInf::new(&client);
-            launch_unscale(&client, &tensors, self.inv_scale, &flag)
-                .expect("inputs checked when the operation was registered");
+            let (tensors, ok) = unscale_into(&client, tensors, self.inv_scale, &flag);
             for (tensor, out) in tensors.into_iter().zip(outputs) {
                 handles.register_float_tensor::<Cube<R>>(&out.id, tensor);
             }
-            let flag = CubeTensor::new_contiguous(
-                client,
-                device,
-                [1].into(),
-                flag.handle().clone(),
-                DType::U32,
-            );
+            // A failed launch raises the flag: the step is skipped.
+            let flag = if ok {
+                flag.handle().clone()
+            } else {
+                client.create_from_slice(&1u32.to_le_bytes())
+            };
+            let flag = CubeTensor::new_contiguous(client, device, [1].into(), flag, DType::U32);
             handles.register_int_tensor::<Cube<R>>(&flag_ir[0].id, flag);
         }
     }

@@ -19,7 +19,7 @@
 
 mod activation;
 mod bool;
-mod float;
+pub(crate) mod float;
 mod int;
 mod module;
 mod qtensor;
