@@ -408,9 +408,6 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
 
     #[test]
-    #[ignore = "open: some sequences still hit the budget error while a tensor looks evictable \
-                (e.g. reading a held 576 B tensor under an 864 B budget with another 576 B \
-                one resident); the strided-under-OffloadOnly case is fixed; see issue 4's notes"]
     fn random_sequences_keep_the_budget_and_every_bit(
         actions in prop::collection::vec(action(), 1..40),
         fraction in 0u64..=1000,

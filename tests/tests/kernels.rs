@@ -349,7 +349,11 @@ fn sixteen_bit_gradients_are_widened_by_the_fused_scaled_cast() {
         let after = kernels::stats();
         assert_eq!(kernel, portable, "without fusion, poison {poison}");
         assert_eq!(found, poison);
-        assert_eq!(after.scaled_casts - before.scaled_casts, 4, "4 f16 gradients widened");
+        assert_eq!(
+            after.scaled_casts - before.scaled_casts,
+            4,
+            "4 f16 gradients widened"
+        );
 
         let before = kernels::stats();
         let (_, kernel, found) =
@@ -362,5 +366,9 @@ fn sixteen_bit_gradients_are_widened_by_the_fused_scaled_cast() {
     // The widened gradients are charged as f32 tensors: nothing is left behind.
     let live = memory::live_bytes(&device);
     let _ = unscaled_in::<Autodiff<Frugal<Unfused>>>(KernelMode::Auto, false, f16, &device);
-    assert_eq!(memory::live_bytes(&device), live, "no bytes leak through the widening");
+    assert_eq!(
+        memory::live_bytes(&device),
+        live,
+        "no bytes leak through the widening"
+    );
 }

@@ -443,6 +443,18 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         (depth < max_depth).then_some(depth + 1)
     }
 
+    /// As [`Self::can_recompute`] within `max_depth`; but a strided cell, which cannot be
+    /// offloaded (a host copy would not keep its layout), may go deeper: recomputing a longer
+    /// chain beats failing the budget.
+    fn recompute_depth(&self, slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
+        Self::can_recompute(slot, max_depth).or_else(|| {
+            self.core
+                .strided
+                .then(|| Self::can_recompute(slot, u32::MAX))
+                .flatten()
+        })
+    }
+
     /// Whether a cell the program no longer holds keeps its recipe (so that live tensors
     /// computed from it stay recomputable): only if it is at most [`MAX_DEAD_CHAIN`] dropped
     /// tensors away from tensors the program still holds. This bounds how much history a
@@ -655,7 +667,7 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
             return None;
         }
         let freed = storage.bytes;
-        let recompute = Self::can_recompute(&slot, policy.max_depth).map(|_| {
+        let recompute = self.recompute_depth(&slot, policy.max_depth).map(|_| {
             let recipe = slot.recipe.as_ref().expect("checked");
             // DTR's evicted neighbourhood: restoring this cell also re-runs its evicted inputs.
             self.core.cost
@@ -719,7 +731,7 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
             return false;
         };
         let max_depth = self.core.ledger.budget.policy().max_depth;
-        let Some(depth) = Self::can_recompute(&slot, max_depth) else {
+        let Some(depth) = self.recompute_depth(&slot, max_depth) else {
             return false;
         };
         slot.depth = depth;
