@@ -98,6 +98,11 @@ struct Args {
     /// Write a bar chart of peak memory per configuration to this PNG.
     #[arg(long)]
     chart: Option<std::path::PathBuf>,
+    /// For Frugal configurations: write every tensor allocation and free the ledger saw, from
+    /// before the model is built to the last step, to this file (`a <id> <bytes>` / `f <id>`
+    /// lines: an allocation trace for `frugal-cuda`'s allocator tests).
+    #[arg(long)]
+    trace: Option<std::path::PathBuf>,
     /// With `--device cuda`: run on CubeCL's CUDA backend without Burn's fusion, whose fused
     /// kernels are compiled (and fused matmuls autotuned) for every new sequence of ops.
     #[arg(long)]
@@ -510,6 +515,9 @@ fn run_named<B: Backend>(name: &str, args: &Args) -> Line {
 fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option<u64>) -> Line {
     let device = A::Device::default();
     frugal::kernels::set_mode(args.kernels.mode());
+    if ledger && args.trace.is_some() {
+        memory::record_timeline(&device, 1 << 22);
+    }
     let kernels_before = frugal::kernels::stats();
     let config = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
     let checkpoint_blocks = scoped(name);
@@ -589,6 +597,9 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
             peak_reserved = Some(peak_reserved.unwrap_or(0).max(pool.bytes_reserved));
         }
     }
+    if let (true, Some(path)) = (ledger, &args.trace) {
+        write_trace(&memory::snapshot(&device), path);
+    }
     let step_ms = median(&mut times);
     let remat = ledger.then(|| memory::remat_stats(&device).since(&remat_start));
     Line {
@@ -615,6 +626,28 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         checkpoint_blocks,
         remat,
     }
+}
+
+/// Writes the allocations and frees of `snapshot`'s timeline as `a <id> <bytes>` and
+/// `f <id>` lines (ids are the ledger's allocation numbers).
+fn write_trace(snapshot: &frugal::memory::Snapshot, path: &std::path::Path) {
+    use std::fmt::Write as _;
+    assert_eq!(
+        snapshot.dropped_events, 0,
+        "the timeline was too short for the whole run"
+    );
+    let mut text = String::new();
+    for event in &snapshot.events {
+        match event.kind {
+            frugal::memory::EventKind::Alloc => {
+                writeln!(text, "a {} {}", event.alloc_seq, event.bytes).unwrap()
+            }
+            frugal::memory::EventKind::Free => writeln!(text, "f {}", event.alloc_seq).unwrap(),
+            frugal::memory::EventKind::Mark => {}
+        }
+    }
+    std::fs::write(path, text)
+        .unwrap_or_else(|e| panic!("cannot write the trace to {}: {e}", path.display()));
 }
 
 fn print_table(lines: &[serde_json::Value]) {

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod trace;
+
 use frugal_cuda::allocator::{
     BlockHandle, CachingAllocator, MIN_BLOCK_SIZE, SimulatedDevice, Snapshot,
 };

@@ -1,0 +1,68 @@
+//! Allocation traces: their events, and a replay through the allocator that checks its
+//! invariants as it goes.
+
+use frugal_cuda::allocator::{BlockHandle, CachingAllocator, SimulatedDevice, Stats};
+
+use super::{MIB, check_invariants};
+
+/// One event of the trace: allocate `bytes` as tensor `id`, or free tensor `id`.
+#[derive(Debug, Clone, Copy)]
+pub enum Event {
+    Alloc { id: usize, bytes: u64 },
+    Free { id: usize },
+}
+
+/// Replays `events`, checking the allocator's invariants every `check_every` events, and
+/// returns its statistics and the trace's own peak of live (rounded) bytes.
+pub fn replay(
+    events: &[Event],
+    alloc: &mut CachingAllocator<SimulatedDevice>,
+    check_every: usize,
+) -> (Stats, u64) {
+    let mut handles: Vec<Option<BlockHandle>> = Vec::new();
+    let mut live = 0u64;
+    let mut peak = 0u64;
+    for (i, e) in events.iter().enumerate() {
+        match *e {
+            Event::Alloc { id, bytes } => {
+                let h = alloc
+                    .alloc(bytes)
+                    .unwrap_or_else(|e| panic!("event {i}: {e}"));
+                if handles.len() <= id {
+                    handles.resize(id + 1, None);
+                }
+                handles[id] = Some(h);
+                live += h.size();
+                peak = peak.max(live);
+            }
+            Event::Free { id } => {
+                let h = handles[id].take().expect("trace frees a live tensor");
+                live -= h.size();
+                alloc.dealloc(h).unwrap();
+            }
+        }
+        if check_every > 0 && i % check_every == 0 {
+            let l: Vec<BlockHandle> = handles.iter().flatten().copied().collect();
+            check_invariants(alloc, &l).unwrap();
+        }
+    }
+    let l: Vec<BlockHandle> = handles.iter().flatten().copied().collect();
+    check_invariants(alloc, &l).unwrap();
+    (alloc.stats(), peak)
+}
+
+pub fn report(name: &str, st: &Stats) {
+    println!(
+        "{name}: peak allocated {} B ({:.1} MiB), peak reserved {} B ({:.1} MiB), ratio {:.4}; \
+         segments {}, device allocations {}, cache hits {} of {} allocations",
+        st.peak_allocated_bytes,
+        st.peak_allocated_bytes as f64 / MIB as f64,
+        st.peak_reserved_bytes,
+        st.peak_reserved_bytes as f64 / MIB as f64,
+        st.peak_ratio(),
+        st.segments,
+        st.device_allocs,
+        st.cache_hits,
+        st.alloc_count,
+    );
+}
