@@ -1,7 +1,9 @@
 //! Allocation traces: their events, and a replay through the allocator that checks its
 //! invariants as it goes.
 
-use frugal_cuda::allocator::{BlockHandle, CachingAllocator, SimulatedDevice, Stats};
+use frugal_cuda::allocator::{
+    AllocatorConfig, BlockHandle, CachingAllocator, SimulatedDevice, Stats,
+};
 
 use super::{MIB, check_invariants};
 
@@ -65,4 +67,32 @@ pub fn report(name: &str, st: &Stats) {
         st.cache_hits,
         st.alloc_count,
     );
+}
+
+/// Replays `events` with expandable segments (invariants checked every 997 events), asserts
+/// the goal (peak reserved ≤ 1.1 × peak allocated, the trace's own peak), then
+/// replays them with plain segments for comparison only. Returns the expandable run's
+/// statistics.
+pub fn replay_within_goal(events: &[Event]) -> Stats {
+    let mut alloc = CachingAllocator::new(SimulatedDevice::new());
+    let (st, trace_peak) = replay(events, &mut alloc, 997);
+    report("expandable segments", &st);
+    assert_eq!(st.peak_allocated_bytes, trace_peak);
+    assert!(
+        st.peak_ratio() <= 1.1,
+        "peak reserved {} is {:.4}x peak allocated {}: above the 1.1x goal",
+        st.peak_reserved_bytes,
+        st.peak_ratio(),
+        st.peak_allocated_bytes
+    );
+
+    // Not asserted: plain segments, as without virtual memory management.
+    let config = AllocatorConfig {
+        expandable_segments: false,
+        ..AllocatorConfig::default()
+    };
+    let mut plain = CachingAllocator::with_config(SimulatedDevice::new(), config);
+    let (plain_stats, _) = replay(events, &mut plain, 0);
+    report("plain segments", &plain_stats);
+    st
 }
