@@ -39,13 +39,16 @@ use gpt::train::{self, Phase};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 enum DeviceKind {
     Cpu,
     /// Flex on the CPU, which has bf16 and f16 (for the autocast configurations).
     Flex,
     Wgpu,
     Cuda,
+    /// frugal-cuda's runtime (`frugal_cuda::FrugalCuda`): CubeCL's CUDA kernels on Frugal's
+    /// caching allocator.
+    FrugalCuda,
 }
 
 /// Peak memory and speed of the reference GPT step under named configurations.
@@ -213,6 +216,56 @@ struct Line {
     checkpoint_blocks: bool,
     #[serde(flatten)]
     remat: Option<RematStats>,
+    /// On frugal-cuda: its allocator's exact peaks over the timed steps (reset when they
+    /// start), and how often a reservation found no cached block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allocator: Option<AllocatorFigures>,
+}
+
+/// frugal-cuda's allocator figures for a run.
+#[derive(Serialize, Debug, Clone, Copy)]
+struct AllocatorFigures {
+    peak_reserved_bytes: u64,
+    peak_allocated_bytes: u64,
+    reserved_bytes: u64,
+    segments: u64,
+    device_allocs: u64,
+    reservations: u64,
+    misses: u64,
+    peak_live_at_miss_bytes: u64,
+}
+
+/// frugal-cuda's report for `device`, if it is a frugal-cuda device.
+#[allow(unused_variables)]
+fn allocator_figures<D: 'static>(device: &D) -> Option<AllocatorFigures> {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        let report = frugal_cuda::memory_report(device);
+        return Some(AllocatorFigures {
+            peak_reserved_bytes: report.stats.peak_reserved_bytes,
+            peak_allocated_bytes: report.stats.peak_allocated_bytes,
+            reserved_bytes: report.stats.reserved_bytes,
+            segments: report.stats.segments,
+            device_allocs: report.stats.device_allocs,
+            reservations: report.registry.reservations,
+            misses: report.registry.misses,
+            peak_live_at_miss_bytes: report.registry.peak_live_at_miss_bytes,
+        });
+    }
+    None
+}
+
+/// Resets frugal-cuda's peaks, if `device` is a frugal-cuda device.
+#[allow(unused_variables)]
+fn reset_allocator_peaks<D: 'static>(device: &D) {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        frugal_cuda::reset_peak_memory(device);
+    }
 }
 
 /// The line of a configuration that failed.
@@ -263,6 +316,16 @@ fn child(only: &str, args: &Args) {
         >(only, args)),
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => Ok(run_named::<burn::backend::Cuda>(only, args)),
+        #[cfg(feature = "frugal-cuda")]
+        DeviceKind::FrugalCuda => frugal_cuda::check_device(&Default::default())
+            .map_err(|e| e.to_string())
+            .map(|()| {
+                if args.no_fusion {
+                    run_named::<frugal_cuda::FrugalCudaUnfused>(only, args)
+                } else {
+                    run_named::<frugal_cuda::FrugalCuda>(only, args)
+                }
+            }),
         #[allow(unreachable_patterns)]
         other => Err(format!(
             "--device {other:?} needs a build with that feature"
@@ -355,16 +418,18 @@ fn main() {
         DeviceKind::Cpu | DeviceKind::Flex => true,
         DeviceKind::Wgpu => cfg!(feature = "wgpu"),
         DeviceKind::Cuda => cfg!(feature = "cuda"),
+        DeviceKind::FrugalCuda => cfg!(feature = "frugal-cuda"),
     };
     if !built {
-        eprintln!(
-            "error: --device {0} needs a build with `--features {0}`",
-            format!("{:?}", args.device).to_lowercase()
-        );
+        let name = args
+            .device
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_string());
+        eprintln!("error: --device {name} needs a build with `--features {name}`");
         std::process::exit(2);
     }
-    if args.no_fusion && !matches!(args.device, DeviceKind::Cuda) {
-        eprintln!("error: --no-fusion applies to --device cuda only");
+    if args.no_fusion && !matches!(args.device, DeviceKind::Cuda | DeviceKind::FrugalCuda) {
+        eprintln!("error: --no-fusion applies to --device cuda and frugal-cuda only");
         std::process::exit(2);
     }
     if args.budget_bytes.is_some() {
@@ -552,6 +617,7 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         let data = random_tokens(0, step as u64, args.batch, args.seq, args.vocab);
         if step == args.warmup {
             memory::reset_peak(&device);
+            reset_allocator_peaks(&device);
             remat_start = memory::remat_stats(&device);
         }
         A::sync(&device).expect("sync");
@@ -625,6 +691,7 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         budget_bytes: budget,
         checkpoint_blocks,
         remat,
+        allocator: allocator_figures(&device),
     }
 }
 

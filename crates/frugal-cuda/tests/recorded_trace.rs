@@ -9,55 +9,12 @@
 
 mod common;
 
-use std::io::Read;
-
 use common::MIB;
-use common::trace::{Event, replay_within_goal};
-
-/// The recorded trace, with the ledger's allocation numbers renumbered from 0.
-fn recorded() -> Vec<Event> {
-    let gz = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/gpt-reference-h100.trace.gz"
-    ))
-    .expect("the trace ships with the tests");
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz[..])
-        .read_to_string(&mut text)
-        .expect("a gzip'd text trace");
-    let mut ids = std::collections::HashMap::new();
-    text.lines()
-        .map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let number = |i: usize| -> u64 {
-                fields[i]
-                    .parse()
-                    .unwrap_or_else(|_| panic!("bad trace line {line:?}"))
-            };
-            match fields[0] {
-                "a" => {
-                    let id = ids.len();
-                    assert!(
-                        ids.insert(number(1), id).is_none(),
-                        "allocated twice: {line}"
-                    );
-                    Event::Alloc {
-                        id,
-                        bytes: number(2),
-                    }
-                }
-                "f" => Event::Free {
-                    id: ids[&number(1)],
-                },
-                other => panic!("unknown trace event {other:?}"),
-            }
-        })
-        .collect()
-}
+use common::trace::{Event, recorded_reference_trace, replay_within_goal};
 
 #[test]
 fn recorded_reference_steps_reserve_at_most_1_1x_their_peak() {
-    let events = recorded();
+    let events = recorded_reference_trace();
     let allocs = events
         .iter()
         .filter(|e| matches!(e, Event::Alloc { .. }))

@@ -20,10 +20,15 @@ pub struct PoolUsage {
 }
 
 /// Reads the pool of `device` if its type belongs to a CubeCL runtime this build knows
-/// (features `cuda`, `wgpu`); `None` for other devices (NdArray, Flex, ...).
+/// (features `cuda`, `wgpu`, `frugal-cuda`: for the latter, `bytes_reserved` is
+/// its allocator's); `None` for other devices (NdArray, Flex, ...).
 pub fn pool_usage<D: 'static>(device: &D) -> Option<PoolUsage> {
     #[allow(unused_variables)]
     let any = device as &dyn std::any::Any;
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) = any.downcast_ref::<frugal_cuda::FrugalCudaDevice>() {
+        return read::<frugal_cuda::FrugalCudaRuntime>(device);
+    }
     #[cfg(feature = "cuda")]
     if let Some(device) = any.downcast_ref::<cubecl::cuda::CudaDevice>() {
         return read::<cubecl::cuda::CudaRuntime>(device);

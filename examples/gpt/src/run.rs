@@ -29,6 +29,9 @@ pub enum DeviceKind {
     Wgpu,
     /// CUDA; build with `--features cuda`.
     Cuda,
+    /// CUDA through frugal-cuda's runtime (CubeCL's kernels on Frugal's caching allocator);
+    /// build with `--features frugal-cuda`.
+    FrugalCuda,
 }
 
 /// The precision of matrix products and convolutions (autocast), or of tensors the budget

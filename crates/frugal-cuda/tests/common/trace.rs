@@ -5,6 +5,8 @@ use frugal_cuda::allocator::{
     AllocatorConfig, BlockHandle, CachingAllocator, SimulatedDevice, Stats,
 };
 
+use std::io::Read;
+
 use super::{MIB, check_invariants};
 
 /// One event of the trace: allocate `bytes` as tensor `id`, or free tensor `id`.
@@ -95,4 +97,46 @@ pub fn replay_within_goal(events: &[Event]) -> Stats {
     let (plain_stats, _) = replay(events, &mut plain, 0);
     report("plain segments", &plain_stats);
     st
+}
+
+/// The reference step's trace recorded on an H100 (`tests/data/gpt-reference-h100.trace.gz`, see
+/// `recorded_trace.rs`), with the ledger's allocation numbers renumbered from 0.
+pub fn recorded_reference_trace() -> Vec<Event> {
+    let gz = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/gpt-reference-h100.trace.gz"
+    ))
+    .expect("the trace ships with the tests");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .expect("a gzip'd text trace");
+    let mut ids = std::collections::HashMap::new();
+    text.lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let number = |i: usize| -> u64 {
+                fields[i]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad trace line {line:?}"))
+            };
+            match fields[0] {
+                "a" => {
+                    let id = ids.len();
+                    assert!(
+                        ids.insert(number(1), id).is_none(),
+                        "allocated twice: {line}"
+                    );
+                    Event::Alloc {
+                        id,
+                        bytes: number(2),
+                    }
+                }
+                "f" => Event::Free {
+                    id: ids[&number(1)],
+                },
+                other => panic!("unknown trace event {other:?}"),
+            }
+        })
+        .collect()
 }

@@ -1,0 +1,380 @@
+//! Device memory from the CUDA driver: the [`DeviceMemory`] the caching allocator runs on, and
+//! page-locked host memory for transfers.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use cubecl_common::backtrace::BackTrace;
+use cubecl_common::bytes::{AllocationController, AllocationProperty};
+use cubecl_runtime::memory_management::ManagedMemoryBinding;
+use cubecl_runtime::server::IoError;
+use cubecl_runtime::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
+use cudarc::driver::sys::{
+    self, CUdevice, CUdeviceptr, CUmemAccessDesc, CUmemAllocationProp,
+    CUmemGenericAllocationHandle, CUmemLocation, CUresult,
+};
+
+use crate::allocator::{DeviceError, DeviceMemory};
+
+fn check(result: CUresult, call: &'static str, requested: u64) -> Result<(), DeviceError> {
+    match result {
+        CUresult::CUDA_SUCCESS => Ok(()),
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(DeviceError::OutOfMemory { requested }),
+        CUresult::CUDA_ERROR_NOT_SUPPORTED => Err(DeviceError::Unsupported(call)),
+        other => Err(DeviceError::Invalid(format!("{call} failed: {other:?}"))),
+    }
+}
+
+fn device_location(ordinal: i32) -> CUmemLocation {
+    // SAFETY: `CUmemLocation` is plain old data, valid when zeroed.
+    let mut location: CUmemLocation = unsafe { std::mem::zeroed() };
+    location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    // The device ordinal is a plain field before CUDA 13.2 and the first member of a union
+    // after it; both sit right after the 4-byte type, so write it there whatever the bindings.
+    // SAFETY: offset 4 is inside the 8-byte struct and holds a C int in every version.
+    unsafe {
+        let id = (&mut location as *mut CUmemLocation as *mut u8).add(4) as *mut i32;
+        id.write_unaligned(ordinal);
+    }
+    location
+}
+
+/// [`DeviceMemory`] of one CUDA device, through the driver API: `cuMemAlloc`/`cuMemFree` for
+/// plain segments and the virtual-memory calls for expandable ones (one physical allocation per
+/// granule, as PyTorch does, so any granule-aligned part of a mapping can be unmapped).
+///
+/// Memory is only returned to the driver for blocks no tensor holds, but kernels queued before
+/// the last free may still read it, so `free` and `unmap` synchronise the context first (they
+/// are rare: cache release, cap changes and out-of-memory retries).
+#[derive(Debug)]
+pub struct CudaDeviceMemory {
+    ordinal: i32,
+    total: u64,
+    vmm: bool,
+    granularity: u64,
+    /// Physical allocation handle of each mapped granule, by device address.
+    granules: HashMap<CUdeviceptr, CUmemGenericAllocationHandle>,
+}
+
+// SAFETY: handles and addresses are plain integers owned by this value; the server that owns it
+// is used from one thread at a time.
+unsafe impl Send for CudaDeviceMemory {}
+
+impl CudaDeviceMemory {
+    /// The memory of `device` (the current context must be that device's primary context).
+    pub fn new(device: CUdevice, ordinal: i32) -> Result<Self, DeviceError> {
+        // SAFETY: read-only queries of a valid device handle.
+        let (total, vmm) = unsafe {
+            let mut total = 0usize;
+            check(
+                sys::cuDeviceTotalMem_v2(&mut total, device),
+                "cuDeviceTotalMem",
+                0,
+            )?;
+            let vmm = cudarc::driver::result::device::get_attribute(
+                device,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            )
+            .map(|v| v != 0)
+            .unwrap_or(false);
+            (total as u64, vmm)
+        };
+        let mut memory = Self {
+            ordinal,
+            total,
+            vmm,
+            granularity: 2 << 20,
+            granules: HashMap::new(),
+        };
+        if vmm {
+            let prop = memory.allocation_prop();
+            let mut granularity = 0usize;
+            // SAFETY: `prop` describes pinned device memory of this device.
+            let result = unsafe {
+                sys::cuMemGetAllocationGranularity(
+                    &mut granularity,
+                    &prop,
+                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+                )
+            };
+            match check(result, "cuMemGetAllocationGranularity", 0) {
+                Ok(()) if granularity > 0 => memory.granularity = granularity as u64,
+                _ => memory.vmm = false,
+            }
+        }
+        Ok(memory)
+    }
+
+    fn allocation_prop(&self) -> CUmemAllocationProp {
+        // SAFETY: plain old data, valid when zeroed (no handle types, no flags).
+        let mut prop: CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location = device_location(self.ordinal);
+        prop
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        // SAFETY: the device's context is current on the server's thread.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize", 0)
+    }
+}
+
+impl DeviceMemory for CudaDeviceMemory {
+    fn total_memory(&self) -> u64 {
+        self.total
+    }
+
+    fn alloc(&mut self, size: u64) -> Result<u64, DeviceError> {
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: writes one device pointer on success.
+        check(
+            unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) },
+            "cuMemAlloc",
+            size,
+        )?;
+        Ok(ptr)
+    }
+
+    fn free(&mut self, address: u64, _size: u64) -> Result<(), DeviceError> {
+        self.synchronize()?;
+        // SAFETY: `address` came from `alloc` and no block in it is live.
+        check(unsafe { sys::cuMemFree_v2(address) }, "cuMemFree", 0)
+    }
+
+    fn supports_vmm(&self) -> bool {
+        self.vmm
+    }
+
+    fn granularity(&self) -> u64 {
+        self.granularity
+    }
+
+    fn reserve(&mut self, size: u64) -> Result<u64, DeviceError> {
+        let mut base: CUdeviceptr = 0;
+        // SAFETY: reserves address space only; writes the base on success.
+        check(
+            unsafe {
+                sys::cuMemAddressReserve(&mut base, size as usize, self.granularity as usize, 0, 0)
+            },
+            "cuMemAddressReserve",
+            size,
+        )?;
+        Ok(base)
+    }
+
+    fn release(&mut self, base: u64, size: u64) -> Result<(), DeviceError> {
+        // SAFETY: the whole reservation was unmapped by the allocator before.
+        check(
+            unsafe { sys::cuMemAddressFree(base, size as usize) },
+            "cuMemAddressFree",
+            0,
+        )
+    }
+
+    fn map(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
+        let prop = self.allocation_prop();
+        let start = base + offset;
+        let mut mapped = 0u64;
+        let mut failure = None;
+        while mapped < size {
+            let address = start + mapped;
+            let mut handle: CUmemGenericAllocationHandle = 0;
+            // SAFETY: `prop` is valid; the granule range lies inside a reservation of ours and
+            // is not mapped yet (the allocator's contract).
+            let result = unsafe {
+                check(
+                    sys::cuMemCreate(&mut handle, self.granularity as usize, &prop, 0),
+                    "cuMemCreate",
+                    size,
+                )
+                .and_then(|()| {
+                    let mapped = check(
+                        sys::cuMemMap(address, self.granularity as usize, 0, handle, 0),
+                        "cuMemMap",
+                        size,
+                    );
+                    if mapped.is_err() {
+                        sys::cuMemRelease(handle);
+                    }
+                    mapped
+                })
+            };
+            if let Err(e) = result {
+                failure = Some(e);
+                break;
+            }
+            self.granules.insert(address, handle);
+            mapped += self.granularity;
+        }
+        if failure.is_none() {
+            let access = CUmemAccessDesc {
+                location: device_location(self.ordinal),
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            // SAFETY: the whole range was just mapped.
+            let result = unsafe { sys::cuMemSetAccess(start, size as usize, &access, 1) };
+            if let Err(e) = check(result, "cuMemSetAccess", size) {
+                failure = Some(e);
+            }
+        }
+        match failure {
+            None => Ok(()),
+            Some(e) => {
+                // Leave nothing half-mapped: the allocator treats a failed map as not done.
+                if mapped > 0 {
+                    let _ = self.unmap(base, offset, mapped);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn unmap(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
+        self.synchronize()?;
+        let start = base + offset;
+        // SAFETY: the range is fully mapped by `map` and holds no live block.
+        check(
+            unsafe { sys::cuMemUnmap(start, size as usize) },
+            "cuMemUnmap",
+            0,
+        )?;
+        let mut address = start;
+        while address < start + size {
+            if let Some(handle) = self.granules.remove(&address) {
+                // SAFETY: the granule's mapping is gone; releasing frees its memory.
+                check(unsafe { sys::cuMemRelease(handle) }, "cuMemRelease", 0)?;
+            }
+            address += self.granularity;
+        }
+        Ok(())
+    }
+}
+
+/// Alignment of pinned host buffers.
+pub const PINNED_ALIGNMENT: usize = 16;
+
+/// Page-locked host memory (`cuMemAllocHost`), for the staging buffers of transfers; kept in
+/// CubeCL's own pools, since host memory is not what this crate economises.
+#[derive(Default)]
+pub struct PinnedStorage {
+    memory: HashMap<StorageId, *mut c_void>,
+}
+
+// SAFETY: the pointers are page-locked host allocations owned by this storage; the server that
+// owns it is used from one thread at a time.
+unsafe impl Send for PinnedStorage {}
+
+impl std::fmt::Debug for PinnedStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedStorage")
+            .field("buffers", &self.memory.len())
+            .finish()
+    }
+}
+
+/// A pinned host buffer.
+#[derive(Debug)]
+pub struct PinnedResource {
+    /// First byte.
+    pub ptr: *mut u8,
+    /// Length in bytes.
+    pub size: usize,
+}
+
+// SAFETY: page-locked host memory is valid from any thread while its storage lives.
+unsafe impl Send for PinnedResource {}
+
+impl ComputeStorage for PinnedStorage {
+    type Resource = PinnedResource;
+
+    fn alignment(&self) -> usize {
+        PINNED_ALIGNMENT
+    }
+
+    fn get(&mut self, handle: &StorageHandle) -> PinnedResource {
+        let base = *self
+            .memory
+            .get(&handle.id)
+            .expect("frugal-cuda: pinned storage handle without memory");
+        PinnedResource {
+            // SAFETY: CubeCL's handle lies inside the allocation it was carved from.
+            ptr: unsafe { base.cast::<u8>().add(handle.offset() as usize) },
+            size: handle.size() as usize,
+        }
+    }
+
+    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: writes one host pointer on success.
+        let result = unsafe { sys::cuMemAllocHost_v2(&mut ptr, size as usize) };
+        if result != CUresult::CUDA_SUCCESS {
+            return Err(IoError::Unknown {
+                description: format!("cuMemAllocHost of {size} B failed: {result:?}"),
+                backtrace: BackTrace::capture(),
+            });
+        }
+        let id = StorageId::new();
+        self.memory.insert(id, ptr);
+        Ok(StorageHandle::new(
+            id,
+            StorageUtilization { offset: 0, size },
+        ))
+    }
+
+    fn dealloc(&mut self, id: StorageId) {
+        if let Some(ptr) = self.memory.remove(&id) {
+            // SAFETY: allocated by `cuMemAllocHost` and no longer referenced by CubeCL.
+            unsafe {
+                sys::cuMemFreeHost(ptr);
+            }
+        }
+    }
+
+    fn flush(&mut self) {}
+}
+
+/// Keeps a pinned staging buffer's slot alive for as long as the `Bytes` built on it live.
+pub struct PinnedBytesController {
+    resource: PinnedResource,
+    _binding: ManagedMemoryBinding,
+}
+
+impl PinnedBytesController {
+    /// A controller for `resource`, holding `binding` so CubeCL does not reuse the slot.
+    pub fn new(binding: ManagedMemoryBinding, resource: PinnedResource) -> Self {
+        Self {
+            resource,
+            _binding: binding,
+        }
+    }
+}
+
+impl AllocationController for PinnedBytesController {
+    fn alloc_align(&self) -> usize {
+        PINNED_ALIGNMENT
+    }
+
+    unsafe fn memory_mut(&mut self) -> &mut [std::mem::MaybeUninit<u8>] {
+        // SAFETY: the slot is held by `_binding`, so `size` bytes at `ptr` stay ours.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.resource.ptr as *mut std::mem::MaybeUninit<u8>,
+                self.resource.size,
+            )
+        }
+    }
+
+    fn memory(&self) -> &[std::mem::MaybeUninit<u8>] {
+        // SAFETY: as above.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.resource.ptr as *const std::mem::MaybeUninit<u8>,
+                self.resource.size,
+            )
+        }
+    }
+
+    fn property(&self) -> AllocationProperty {
+        AllocationProperty::Pinned
+    }
+}

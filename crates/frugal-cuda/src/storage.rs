@@ -1,0 +1,375 @@
+//! CubeCL's memory management on top of the caching allocator.
+//!
+//! CubeCL 0.10 keeps its pool algorithms private, but its `MemoryManagement` is public and is the
+//! only thing that can map a client's memory handle to storage. So it stays, as a handle
+//! registry, and the allocation policy moves below it, into a [`ComputeStorage`]:
+//!
+//! - `MemoryManagement` runs in *persistent* mode with no dynamic pools: every reservation it
+//!   cannot serve from a free slot of exactly the same (512-byte padded) size becomes one
+//!   `ComputeStorage::alloc` of that size, so each live tensor has a storage block of its own;
+//! - [`AllocatorStorage`] serves those from a [`CachingAllocator`] (best fit, splitting,
+//!   coalescing, expandable segments, cap);
+//! - CubeCL only notices freed slots lazily, and keeps them until an explicit cleanup. So on a
+//!   miss (no cached block fits without asking the device), [`HandleRegistry::reserve`] first
+//!   has CubeCL hand every free slot back (`cleanup(true)` → `dealloc` → coalesce), and only then
+//!   lets the allocator grow. Memory is therefore only reserved when what is really live,
+//!   packed by the allocator, does not fit.
+//!
+//! Everything here is generic over [`DeviceMemory`], so it runs on the
+//! [`super::allocator::SimulatedDevice`] in the CPU tests exactly as on CUDA.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cubecl_common::backtrace::BackTrace;
+use cubecl_core::ir::MemoryDeviceProperties;
+use cubecl_runtime::logging::ServerLogger;
+use cubecl_runtime::memory_management::{
+    ManagedMemoryBinding, ManagedMemoryHandle, MemoryAllocationMode, MemoryConfiguration,
+    MemoryManagement, MemoryManagementOptions, MemoryUsage,
+};
+use cubecl_runtime::server::IoError;
+use cubecl_runtime::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
+
+use crate::allocator::{
+    ALIGNMENT, AllocError, BlockHandle, CachingAllocator, DeviceMemory, OomInfo, Stats,
+};
+
+/// How many kernel-argument slots [`AllocatorStorage::get`] cycles through. A launch passes the
+/// *address of* each buffer's device pointer to `cuLaunchKernel`, so those pointers must stay
+/// put until the launch call returns; no launch binds more buffers than this.
+pub const BINDING_SLOTS: usize = 1024;
+
+/// A buffer as a kernel sees it: its device address, and a pointer to a copy of that address
+/// that stays valid until [`BINDING_SLOTS`] more buffers have been bound (what
+/// `cuLaunchKernel`'s parameter array needs).
+#[derive(Debug)]
+pub struct DeviceResource {
+    /// Device address of the first byte.
+    pub ptr: u64,
+    /// Points at a `u64` holding [`Self::ptr`], for kernel parameter arrays.
+    pub binding: *mut c_void,
+    /// Bytes the resource covers.
+    pub size: u64,
+}
+
+// SAFETY: the binding points into the storage's own slot ring, which lives as long as the
+// server; the resource only travels with the server that owns that storage.
+unsafe impl Send for DeviceResource {}
+
+/// CubeCL `ComputeStorage` whose blocks come from a [`CachingAllocator`].
+///
+/// `alloc` only takes cached memory unless growth was allowed by [`HandleRegistry`] (after it
+/// had CubeCL return its free slots); see the [module docs](self).
+pub struct AllocatorStorage<D: DeviceMemory> {
+    allocator: CachingAllocator<D>,
+    blocks: HashMap<StorageId, BlockHandle>,
+    may_grow: bool,
+    /// Set when `alloc` refused for lack of a cached block (not for a real out-of-memory).
+    missed: bool,
+    /// The last allocation error that was not a miss, kept for the error report.
+    last_error: Option<AllocError>,
+    slots: Box<[u64; BINDING_SLOTS]>,
+    cursor: usize,
+}
+
+impl<D: DeviceMemory> std::fmt::Debug for AllocatorStorage<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocatorStorage")
+            .field("blocks", &self.blocks.len())
+            .field("allocator", &self.allocator)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: DeviceMemory> AllocatorStorage<D> {
+    /// Storage over `allocator`.
+    pub fn new(allocator: CachingAllocator<D>) -> Self {
+        Self {
+            allocator,
+            blocks: HashMap::new(),
+            may_grow: false,
+            missed: false,
+            last_error: None,
+            slots: Box::new([0; BINDING_SLOTS]),
+            cursor: 0,
+        }
+    }
+
+    /// The allocator.
+    pub fn allocator(&self) -> &CachingAllocator<D> {
+        &self.allocator
+    }
+
+    /// The allocator, mutably (cap, out-of-memory handler, releasing cached memory).
+    pub fn allocator_mut(&mut self) -> &mut CachingAllocator<D> {
+        &mut self.allocator
+    }
+
+    /// Number of storage blocks CubeCL holds (live tensors plus the free slots it has not
+    /// handed back yet).
+    pub fn held_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The device address of a storage id, if it is held.
+    pub fn address(&self, id: StorageId) -> Option<u64> {
+        self.blocks.get(&id).map(BlockHandle::address)
+    }
+}
+
+fn miss_error(size: u64) -> IoError {
+    IoError::BufferTooBig {
+        size,
+        backtrace: BackTrace::capture(),
+    }
+}
+
+impl<D: DeviceMemory + Send> ComputeStorage for AllocatorStorage<D> {
+    type Resource = DeviceResource;
+
+    fn alignment(&self) -> usize {
+        ALIGNMENT as usize
+    }
+
+    fn get(&mut self, handle: &StorageHandle) -> DeviceResource {
+        // CubeCL hands out storage handles only for blocks it allocated here and has not
+        // deallocated, so a missing id is a bug in the registry, not bad user input.
+        let base = self
+            .blocks
+            .get(&handle.id)
+            .map(BlockHandle::address)
+            .expect("frugal-cuda: a storage handle CubeCL holds has no block");
+        let ptr = base + handle.offset();
+        let slot = &mut self.slots[self.cursor];
+        *slot = ptr;
+        let binding = slot as *mut u64 as *mut c_void;
+        self.cursor = (self.cursor + 1) % BINDING_SLOTS;
+        DeviceResource {
+            ptr,
+            binding,
+            size: handle.size(),
+        }
+    }
+
+    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        let block = if self.may_grow {
+            match self.allocator.alloc(size) {
+                Ok(block) => block,
+                Err(e) => {
+                    self.last_error = Some(e);
+                    return Err(miss_error(size));
+                }
+            }
+        } else {
+            match self.allocator.try_alloc_cached(size) {
+                Some(block) => block,
+                None => {
+                    self.missed = true;
+                    return Err(miss_error(size));
+                }
+            }
+        };
+        let id = StorageId::new();
+        self.blocks.insert(id, block);
+        Ok(StorageHandle::new(
+            id,
+            StorageUtilization { offset: 0, size },
+        ))
+    }
+
+    fn dealloc(&mut self, id: StorageId) {
+        if let Some(block) = self.blocks.remove(&id)
+            && let Err(e) = self.allocator.dealloc(block)
+        {
+            // Cannot happen for a block this storage handed out; record rather than panic.
+            self.last_error = Some(e);
+        }
+    }
+
+    fn flush(&mut self) {
+        self.allocator.flush();
+    }
+}
+
+/// Counts of what the registry did, beside the allocator's own [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RegistryCounters {
+    /// Reservations served (by a free slot of the same size, a cached block, or growth).
+    pub reservations: u64,
+    /// Reservations that found no cached block and made CubeCL hand back its free slots.
+    pub misses: u64,
+    /// Reservations refused for lack of memory.
+    pub failures: u64,
+    /// The highest bytes of live tensors seen at a miss, right after CubeCL handed back its
+    /// free slots: the only moments the registry knows exactly what is live (CubeCL notices
+    /// frees lazily). Misses are when the device may be asked for more, so this is the live
+    /// figure each growth decision was made against.
+    pub peak_live_at_miss_bytes: u64,
+}
+
+/// CubeCL's `MemoryManagement` used as a handle registry over an [`AllocatorStorage`]; see the
+/// [module docs](self).
+pub struct HandleRegistry<D: DeviceMemory + Send> {
+    memory: MemoryManagement<AllocatorStorage<D>>,
+    counters: RegistryCounters,
+}
+
+impl<D: DeviceMemory + Send> std::fmt::Debug for HandleRegistry<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandleRegistry")
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: DeviceMemory + Send> HandleRegistry<D> {
+    /// A registry over `allocator`, logging through `logger`.
+    pub fn new(allocator: CachingAllocator<D>, logger: Arc<ServerLogger>) -> Self {
+        let properties = MemoryDeviceProperties {
+            max_page_size: u64::MAX,
+            alignment: ALIGNMENT,
+        };
+        let memory = MemoryManagement::from_configuration(
+            AllocatorStorage::new(allocator),
+            &properties,
+            MemoryConfiguration::Custom {
+                pool_options: Vec::new(),
+            },
+            logger,
+            MemoryManagementOptions::new("frugal-cuda").mode(MemoryAllocationMode::Persistent),
+        );
+        Self {
+            memory,
+            counters: RegistryCounters::default(),
+        }
+    }
+
+    /// Reserves `size` bytes: a free slot of the same padded size, else a cached block of the
+    /// allocator; on a miss, CubeCL's free slots are handed back (and merged) and the allocator
+    /// may grow, up to its cap, calling its out-of-memory handler before giving up.
+    pub fn reserve(&mut self, size: u64) -> Result<ManagedMemoryHandle, AllocError> {
+        self.counters.reservations += 1;
+        match self.memory.reserve(size) {
+            Ok(handle) => return Ok(handle),
+            Err(e) => {
+                if !std::mem::take(&mut self.memory.storage().missed) {
+                    self.counters.failures += 1;
+                    return Err(self.take_error(size, e));
+                }
+            }
+        }
+        self.counters.misses += 1;
+        self.memory.cleanup(true);
+        let live = self.memory.memory_usage().bytes_in_use;
+        self.counters.peak_live_at_miss_bytes = self.counters.peak_live_at_miss_bytes.max(live);
+        let handler_calls = self.stats().oom_handler_calls;
+        let mut result = self.grow(size);
+        // A handler that freed tensors only dropped client handles: CubeCL notices those slots
+        // at its next cleanup, so hand them back and try once more.
+        if result.is_err() && self.stats().oom_handler_calls > handler_calls {
+            self.memory.storage().last_error = None;
+            self.memory.cleanup(true);
+            result = self.grow(size);
+        }
+        result.map_err(|e| {
+            self.counters.failures += 1;
+            self.take_error(size, e)
+        })
+    }
+
+    fn grow(&mut self, size: u64) -> Result<ManagedMemoryHandle, IoError> {
+        self.memory.storage().may_grow = true;
+        let result = self.memory.reserve(size);
+        let storage = self.memory.storage();
+        storage.may_grow = false;
+        storage.missed = false;
+        result
+    }
+
+    fn take_error(&mut self, size: u64, cubecl: IoError) -> AllocError {
+        self.memory.storage().last_error.take().unwrap_or_else(|| {
+            AllocError::Device(crate::allocator::DeviceError::Invalid(format!(
+                "CubeCL refused a reservation of {size} B: {cubecl}"
+            )))
+        })
+    }
+
+    /// Points the client's handle `assigned` at the memory of `reserved` (CubeCL's `bind`).
+    pub fn bind(
+        &mut self,
+        reserved: ManagedMemoryHandle,
+        assigned: ManagedMemoryHandle,
+        cursor: u64,
+    ) -> Result<(), IoError> {
+        self.memory.bind(reserved, assigned, cursor)
+    }
+
+    /// The resource behind a binding, optionally narrowed to `[start, len - end)`.
+    pub fn get_resource(
+        &mut self,
+        binding: ManagedMemoryBinding,
+        offset_start: Option<u64>,
+        offset_end: Option<u64>,
+    ) -> Result<DeviceResource, IoError> {
+        self.memory.get_resource(binding, offset_start, offset_end)
+    }
+
+    /// The cursor (stream position) recorded when a binding's memory was bound.
+    pub fn get_cursor(&self, binding: ManagedMemoryBinding) -> Result<u64, IoError> {
+        self.memory.get_cursor(binding)
+    }
+
+    /// Hands CubeCL's free slots back to the allocator and returns unused segments to the
+    /// device (CubeCL's `memory_cleanup`, PyTorch's `empty_cache`). Returns the bytes released.
+    pub fn cleanup(&mut self) -> Result<u64, AllocError> {
+        self.memory.cleanup(true);
+        self.memory.storage().allocator_mut().release_cached()
+    }
+
+    /// CubeCL's view of usage with the allocator's reserved bytes: `bytes_in_use` and
+    /// `number_allocs` are the live tensors', `bytes_reserved` is what the device gave the
+    /// allocator, which is what out-of-memory is about.
+    pub fn memory_usage(&mut self) -> MemoryUsage {
+        let mut usage = self.memory.memory_usage();
+        usage.bytes_reserved = self.memory.storage().allocator().stats().reserved_bytes;
+        usage
+    }
+
+    /// The allocator's statistics.
+    pub fn stats(&mut self) -> Stats {
+        self.memory.storage().allocator().stats()
+    }
+
+    /// What the registry did.
+    pub fn counters(&self) -> RegistryCounters {
+        self.counters
+    }
+
+    /// The storage (allocator, held blocks).
+    pub fn storage(&mut self) -> &mut AllocatorStorage<D> {
+        self.memory.storage()
+    }
+
+    /// Resets the allocator's peaks and [`RegistryCounters::peak_live_at_miss_bytes`] to the
+    /// current figures.
+    pub fn reset_peaks(&mut self) {
+        self.memory.storage().allocator_mut().reset_peak();
+        self.counters.peak_live_at_miss_bytes = 0;
+    }
+
+    /// Sets the allocator's cap (bytes reserved from the device); `None` removes it.
+    pub fn set_cap(&mut self, cap: Option<u64>) -> Result<(), AllocError> {
+        self.memory.cleanup(true);
+        self.memory.storage().allocator_mut().set_cap(cap)
+    }
+
+    /// Installs the out-of-memory handler tried before a reservation fails.
+    pub fn set_oom_handler(&mut self, handler: impl FnMut(&OomInfo) -> bool + Send + 'static) {
+        self.memory
+            .storage()
+            .allocator_mut()
+            .set_oom_handler(handler);
+    }
+}

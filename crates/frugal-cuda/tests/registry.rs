@@ -1,0 +1,255 @@
+//! The CubeCL glue (`storage`): CubeCL's `MemoryManagement` as the handle registry, the caching
+//! allocator below it, free slots handed back on a miss. Runs on the simulated device, through
+//! the same code the CUDA server runs.
+//!
+//! A "tensor" here is what the CUDA server makes of a client allocation: `reserve`, then `bind`
+//! the slot to a fresh client handle; dropping the client handle frees it (CubeCL notices
+//! lazily, which is what the registry has to cope with).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::MIB;
+use common::trace::{Event, recorded_reference_trace};
+use cubecl_runtime::logging::ServerLogger;
+use cubecl_runtime::memory_management::{ManagedMemoryHandle, MemoryHandle};
+use frugal_cuda::allocator::{
+    AllocError, AllocatorConfig, CachingAllocator, SimulatedDevice, round_size,
+};
+use frugal_cuda::storage::HandleRegistry;
+use proptest::prelude::*;
+
+fn registry(config: AllocatorConfig) -> HandleRegistry<SimulatedDevice> {
+    HandleRegistry::new(
+        CachingAllocator::with_config(SimulatedDevice::new(), config),
+        Arc::new(ServerLogger::default()),
+    )
+}
+
+/// A live tensor: the client's handle and the bytes it asked for.
+struct Tensor {
+    handle: ManagedMemoryHandle,
+    bytes: u64,
+}
+
+fn allocate(reg: &mut HandleRegistry<SimulatedDevice>, bytes: u64) -> Result<Tensor, AllocError> {
+    let reserved = reg.reserve(bytes)?;
+    let handle = ManagedMemoryHandle::new();
+    reg.bind(reserved, handle.clone(), 0).expect("bind");
+    Ok(Tensor { handle, bytes })
+}
+
+/// Device address range of a live tensor, through CubeCL's lookup.
+fn range(reg: &mut HandleRegistry<SimulatedDevice>, t: &Tensor) -> (u64, u64) {
+    let resource = reg
+        .get_resource(MemoryHandle::binding(t.handle.clone()), None, None)
+        .expect("a live tensor resolves");
+    assert_eq!(resource.size, t.bytes, "the resource covers what was asked");
+    (resource.ptr, resource.ptr + t.bytes.max(1))
+}
+
+fn assert_disjoint(reg: &mut HandleRegistry<SimulatedDevice>, live: &[Tensor]) {
+    let mut ranges: Vec<(u64, u64)> = live.iter().map(|t| range(reg, t)).collect();
+    ranges.sort();
+    for pair in ranges.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "live tensors overlap: {:?} and {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+#[test]
+fn freed_slots_are_merged_before_the_device_is_asked() {
+    let mut reg = registry(AllocatorConfig::default());
+    let a = allocate(&mut reg, 4 * MIB).unwrap();
+    let b = allocate(&mut reg, 4 * MIB).unwrap();
+    let reserved = reg.stats().reserved_bytes;
+    // Both found nothing cached: each was a miss that grew the segment.
+    assert_eq!(reg.counters().misses, 2);
+    drop((a, b));
+    // CubeCL still holds two free 4 MiB slots; an 8 MiB request needs them merged.
+    let c = allocate(&mut reg, 8 * MIB).unwrap();
+    let st = reg.stats();
+    assert_eq!(
+        st.reserved_bytes, reserved,
+        "no growth: the freed slots were reused"
+    );
+    assert_eq!(reg.counters().misses, 3);
+    assert_eq!(st.allocated_bytes, 8 * MIB);
+    // The same size again is served by CubeCL's exact-size slot without the allocator.
+    drop(c);
+    let hits = reg.stats().alloc_count;
+    let _d = allocate(&mut reg, 8 * MIB).unwrap();
+    assert_eq!(
+        reg.stats().alloc_count,
+        hits,
+        "an exact-size free slot was reused"
+    );
+}
+
+#[test]
+fn the_cap_gives_an_error_naming_it_and_the_registry_stays_usable() {
+    let mut reg = registry(AllocatorConfig {
+        cap: Some(64 * MIB),
+        ..AllocatorConfig::default()
+    });
+    let mut live: Vec<Tensor> = (0..6)
+        .map(|_| allocate(&mut reg, 10 * MIB).unwrap())
+        .collect();
+    let err = allocate(&mut reg, 10 * MIB).err().expect("over the cap");
+    let text = err.to_string();
+    assert!(text.contains("the cap of 64.00 MiB"), "{text}");
+    assert_eq!(reg.counters().failures, 1);
+    // Freeing one makes room again, through the miss path.
+    live.remove(0);
+    live.push(allocate(&mut reg, 10 * MIB).unwrap());
+    assert!(reg.stats().reserved_bytes <= 64 * MIB);
+    assert_disjoint(&mut reg, &live);
+    drop(live);
+    reg.cleanup().unwrap();
+    let st = reg.stats();
+    assert_eq!(
+        (st.allocated_bytes, st.reserved_bytes),
+        (0, 0),
+        "nothing leaks"
+    );
+}
+
+#[test]
+fn an_oom_handler_that_frees_tensors_lets_the_allocation_succeed() {
+    let mut reg = registry(AllocatorConfig {
+        cap: Some(32 * MIB),
+        ..AllocatorConfig::default()
+    });
+    let victims: Arc<std::sync::Mutex<Vec<Tensor>>> = Default::default();
+    for _ in 0..3 {
+        let t = allocate(&mut reg, 10 * MIB).unwrap();
+        victims.lock().unwrap().push(t);
+    }
+    let pool = victims.clone();
+    reg.set_oom_handler(move |_| {
+        // What Frugal's budget does: drop a tensor it can recompute.
+        pool.lock().unwrap().pop().is_some()
+    });
+    let t = allocate(&mut reg, 10 * MIB).expect("the handler made room");
+    assert_eq!(victims.lock().unwrap().len(), 2);
+    assert_eq!(reg.stats().oom_handler_calls, 1);
+    drop(t);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc(u64),
+    Free(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => prop_oneof![1u64..4096, 4096u64..(2 * MIB), (2 * MIB)..(24 * MIB)].prop_map(Op::Alloc),
+        2 => any::<usize>().prop_map(Op::Free),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Random allocations and frees under a random cap: live tensors never overlap, the cap is
+    /// never exceeded, a refusal happens only when the growth the request needs would pass the
+    /// cap (free memory of the other pool, or between live blocks, is not what it needs), and
+    /// after everything is freed and cleaned up nothing is left.
+    #[test]
+    fn random_sequences_keep_the_cap_and_never_overlap(
+        ops in prop::collection::vec(op(), 1..120),
+        cap_mib in 32u64..256,
+        expandable in any::<bool>(),
+    ) {
+        let cap = cap_mib * MIB;
+        let mut reg = registry(AllocatorConfig {
+            cap: Some(cap),
+            expandable_segments: expandable,
+            ..AllocatorConfig::default()
+        });
+        let mut live: Vec<Tensor> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Alloc(bytes) => match allocate(&mut reg, bytes) {
+                    Ok(t) => live.push(t),
+                    Err(AllocError::OutOfMemory { .. }) => {
+                        // Refused only if growing by what the request needs (a 2 MiB small
+                        // segment or granule, or a 20 MiB plain large segment) would pass the
+                        // cap, after CubeCL's free slots and the cached segments went back.
+                        let st = reg.stats();
+                        let rounded = round_size(bytes).unwrap();
+                        let growth = if !expandable && rounded > MIB && rounded < 10 * MIB {
+                            20 * MIB
+                        } else {
+                            rounded.next_multiple_of(2 * MIB)
+                        };
+                        prop_assert!(
+                            st.reserved_bytes + growth > cap,
+                            "refused {bytes} B with {} B reserved under a {cap} B cap",
+                            st.reserved_bytes
+                        );
+                    }
+                    Err(other) => prop_assert!(false, "unexpected error {other}"),
+                },
+                Op::Free(i) if !live.is_empty() => {
+                    live.swap_remove(i % live.len());
+                }
+                Op::Free(_) => {}
+            }
+            let st = reg.stats();
+            prop_assert!(st.reserved_bytes <= cap, "reserved {} over the cap {cap}", st.reserved_bytes);
+        }
+        assert_disjoint(&mut reg, &live);
+        drop(live);
+        reg.cleanup().unwrap();
+        let st = reg.stats();
+        prop_assert_eq!((st.allocated_bytes, st.reserved_bytes, st.active_blocks), (0, 0, 0));
+        prop_assert_eq!(reg.storage().held_blocks(), 0);
+    }
+}
+
+/// The recorded reference step through the whole glue, CubeCL's slot caching included: what
+/// the device would reserve on frugal-cuda.
+#[test]
+fn recorded_reference_steps_through_cubecl_reserve_at_most_1_1x_their_live_peak() {
+    let events = recorded_reference_trace();
+    let mut reg = registry(AllocatorConfig::default());
+    let mut tensors: Vec<Option<Tensor>> = Vec::new();
+    let (mut live, mut peak_live) = (0u64, 0u64);
+    for e in events {
+        match e {
+            Event::Alloc { id, bytes } => {
+                let t = allocate(&mut reg, bytes).unwrap();
+                if tensors.len() <= id {
+                    tensors.resize_with(id + 1, || None);
+                }
+                live += bytes;
+                peak_live = peak_live.max(live);
+                tensors[id] = Some(t);
+            }
+            Event::Free { id } => {
+                let t = tensors[id].take().expect("the trace frees live tensors");
+                live -= t.bytes;
+            }
+        }
+    }
+    let st = reg.stats();
+    let ratio = st.peak_reserved_bytes as f64 / peak_live as f64;
+    println!(
+        "through CubeCL's registry: peak live {peak_live} B, peak reserved {} B ({ratio:.4}x), \
+         peak allocated {} B; {:?}",
+        st.peak_reserved_bytes,
+        st.peak_allocated_bytes,
+        reg.counters()
+    );
+    assert!(
+        ratio <= 1.1,
+        "peak reserved {ratio:.4}x the live peak: above the 1.1x goal"
+    );
+}
