@@ -180,6 +180,14 @@ pub const UNIFORM: Distribution = Distribution::Default;
 #[cfg(feature = "wgpu")]
 pub type WgpuCase = fn(&burn::backend::wgpu::WgpuDevice) -> Vec<Out>;
 
+/// A case instantiated for burn-cuda.
+#[cfg(feature = "frugal-cuda")]
+pub type CudaCase = fn(&burn::backend::cuda::CudaDevice) -> Vec<Out>;
+
+/// A case instantiated for frugal-cuda's runtime.
+#[cfg(feature = "frugal-cuda")]
+pub type FrugalCudaCase = fn(&frugal_cuda::FrugalCudaDevice) -> Vec<Out>;
+
 /// One differential case, instantiated for each backend it runs on.
 pub struct Case {
     /// The case's name: the Backend method it is written for.
@@ -191,6 +199,9 @@ pub struct Case {
     /// The case on wgpu and Frugal over wgpu.
     #[cfg(feature = "wgpu")]
     pub wgpu: (WgpuCase, WgpuCase),
+    /// The case on burn-cuda and on frugal-cuda's runtime.
+    #[cfg(feature = "frugal-cuda")]
+    pub cuda: (CudaCase, FrugalCudaCase),
 }
 
 /// Defines differential cases: `name(device) { body }`, where the body is generic over `B`
@@ -213,6 +224,11 @@ macro_rules! cases {
                 wgpu: (
                     $name::<burn::backend::wgpu::Wgpu>,
                     $name::<frugal::Frugal<burn::backend::wgpu::Wgpu>>,
+                ),
+                #[cfg(feature = "frugal-cuda")]
+                cuda: (
+                    $name::<burn::backend::Cuda>,
+                    $name::<frugal_cuda::FrugalCuda>,
                 ),
             }),*]
         }
@@ -273,20 +289,28 @@ pub fn check_cases(cases: &[Case]) -> Vec<&'static str> {
     unsupported
 }
 
-/// Runs one side (`inner` = Wgpu, `wrapped` = Frugal<Wgpu>) of the cases from index `from` on,
-/// printing one line per case: `CASE <index> <name> ok <digest>` or `CASE <index> <name> panic
-/// <message>`. Stops after the first panic: a panic inside wgpu's fusion server leaves the
-/// device unusable for the rest of the process, so the caller starts a fresh one.
-#[cfg(feature = "wgpu")]
-pub fn run_wgpu_side(cases: &[Case], wrapped: bool, from: usize) {
-    use burn::backend::wgpu::{Wgpu, WgpuDevice};
+/// Runs one side of the cases from index `from` on, printing one line per case: `CASE <index>
+/// <name> ok <digest>` or `CASE <index> <name> panic <message>`. Sides: `wgpu` (Wgpu),
+/// `frugal-wgpu` (Frugal<Wgpu>), `cuda` (burn-cuda), `frugal-cuda` (frugal-cuda's runtime).
+/// Stops after the first panic: a panic inside a fusion server leaves the device unusable for
+/// the rest of the process, so the caller starts a fresh one.
+pub fn run_side(cases: &[Case], side: &str, from: usize) {
     use std::hash::{Hash, Hasher};
-    let device = WgpuDevice::default();
     for (index, case) in cases.iter().enumerate().skip(from) {
-        let result = if wrapped {
-            run_seeded::<_, Frugal<Wgpu>>(case.wgpu.1, &device)
-        } else {
-            run_seeded::<_, Wgpu>(case.wgpu.0, &device)
+        let result = match side {
+            #[cfg(feature = "wgpu")]
+            "wgpu" => run_seeded::<_, burn::backend::wgpu::Wgpu>(case.wgpu.0, &Default::default()),
+            #[cfg(feature = "wgpu")]
+            "frugal-wgpu" => {
+                run_seeded::<_, Frugal<burn::backend::wgpu::Wgpu>>(case.wgpu.1, &Default::default())
+            }
+            #[cfg(feature = "frugal-cuda")]
+            "cuda" => run_seeded::<_, burn::backend::Cuda>(case.cuda.0, &Default::default()),
+            #[cfg(feature = "frugal-cuda")]
+            "frugal-cuda" => {
+                run_seeded::<_, frugal_cuda::FrugalCuda>(case.cuda.1, &Default::default())
+            }
+            other => panic!("unknown side {other:?} (or not built with its feature)"),
         };
         match result {
             Ok(outs) => {

@@ -45,24 +45,24 @@ fn activation_ops() {
     check("activation", cases::activation::cases());
 }
 
-/// Child-process entry for `all_ops_on_wgpu`; does nothing unless that test starts it.
-#[cfg(feature = "wgpu")]
+/// Child-process entry for the device tests below; does nothing unless one of them starts it.
+#[cfg(any(feature = "wgpu", feature = "frugal-cuda"))]
 #[test]
-#[ignore = "helper process of all_ops_on_wgpu"]
-fn wgpu_side_runner() {
+#[ignore = "helper process of all_ops_on_wgpu and all_ops_on_frugal_cuda"]
+fn side_runner() {
     let (Ok(side), Ok(from)) = (
-        std::env::var("FRUGAL_WGPU_SIDE"),
-        std::env::var("FRUGAL_WGPU_FROM"),
+        std::env::var("FRUGAL_SIDE"),
+        std::env::var("FRUGAL_SIDE_FROM"),
     ) else {
         return;
     };
-    frugal_tests::run_wgpu_side(&cases::all(), side == "wrapped", from.parse().unwrap());
+    frugal_tests::run_side(&cases::all(), &side, from.parse().unwrap());
 }
 
-/// Runs one side of every case on wgpu in child processes, restarting after each panic, and
-/// returns each case's result line (`ok <digest>` or `panic <message>`).
-#[cfg(feature = "wgpu")]
-fn wgpu_side(side: &str, count: usize) -> Vec<String> {
+/// Runs one side of every case in child processes, restarting after each panic, and returns
+/// each case's result line (`ok <digest>` or `panic <message>`).
+#[cfg(any(feature = "wgpu", feature = "frugal-cuda"))]
+fn side(side: &str, count: usize) -> Vec<String> {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
@@ -73,13 +73,13 @@ fn wgpu_side(side: &str, count: usize) -> Vec<String> {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
-                "wgpu_side_runner",
+                "side_runner",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env("FRUGAL_WGPU_SIDE", side)
-            .env("FRUGAL_WGPU_FROM", next.to_string())
+            .env("FRUGAL_SIDE", side)
+            .env("FRUGAL_SIDE_FROM", next.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -127,35 +127,33 @@ fn wgpu_side(side: &str, count: usize) -> Vec<String> {
     results
 }
 
-/// Every case on wgpu (Mesa's lavapipe in CI) and on Frugal<Wgpu>: same digests of the
-/// outputs, or the same panic message. The inner side runs twice: a case whose two inner runs
-/// differ is nondeterministic on wgpu itself (e.g. atomic float adds in a backward kernel), so
-/// for it Frugal must only succeed or fail as the inner backend does. Two runs can agree by
-/// chance, so the cases seen to vary (atomic float adds) are always treated that way.
-#[cfg(feature = "wgpu")]
-const VARY_ON_WGPU: &[&str] = &["float_scatter_nd", "deform_conv2d_backward"];
-
-#[cfg(feature = "wgpu")]
-#[test]
-fn all_ops_on_wgpu() {
+/// Compares a reference side (run twice) with a second side on every case: same digests of the
+/// outputs, or the same panic message. A case whose two reference runs differ (or listed in
+/// `vary`) is nondeterministic on the reference itself (e.g. atomic float adds in a backward
+/// kernel), so for it the second side must only succeed or fail as the reference does.
+#[cfg(any(feature = "wgpu", feature = "frugal-cuda"))]
+fn compare_sides(reference: &str, other: &str, vary: &[&str]) {
     let all = cases::all();
-    let inner = wgpu_side("inner", all.len());
-    let again = wgpu_side("inner", all.len());
-    let wrapped = wgpu_side("wrapped", all.len());
+    let inner = side(reference, all.len());
+    let again = side(reference, all.len());
+    let wrapped = side(other, all.len());
     let mut differ = Vec::new();
     let mut unsupported = Vec::new();
     let mut nondeterministic = Vec::new();
     for (i, case) in all.iter().enumerate() {
         let ok = |r: &str| r.starts_with("ok");
-        let varies = inner[i] != again[i] || VARY_ON_WGPU.contains(&case.name);
+        let varies = inner[i] != again[i] || vary.contains(&case.name);
         if varies && ok(&inner[i]) && ok(&again[i]) {
             nondeterministic.push(case.name);
             if !ok(&wrapped[i]) {
-                differ.push(format!("{}: wgpu ok / frugal {:?}", case.name, wrapped[i]));
+                differ.push(format!(
+                    "{}: {reference} ok / {other} {:?}",
+                    case.name, wrapped[i]
+                ));
             }
         } else if inner[i] != wrapped[i] {
             differ.push(format!(
-                "{}: wgpu {:?} / frugal {:?}",
+                "{}: {reference} {:?} / {other} {:?}",
                 case.name, inner[i], wrapped[i]
             ));
         } else if !ok(&inner[i]) {
@@ -164,21 +162,52 @@ fn all_ops_on_wgpu() {
     }
     assert!(
         differ.is_empty(),
-        "{} of {} cases differ between Wgpu and Frugal<Wgpu>:\n{}",
+        "{} of {} cases differ between {reference} and {other}:\n{}",
         differ.len(),
         all.len(),
         differ.join("\n")
     );
     assert!(
         unsupported.len() + nondeterministic.len() < all.len() / 4,
-        "too many cases fail or vary on wgpu: {unsupported:?} {nondeterministic:?}"
+        "too many cases fail or vary on {reference}: {unsupported:?} {nondeterministic:?}"
     );
     eprintln!(
-        "wgpu: {} of {} cases bit-identical; {} fail on Wgpu and Frugal<Wgpu> alike: {unsupported:?}; \
-         {} vary between runs of Wgpu itself: {nondeterministic:?}",
+        "{reference} vs {other}: {} of {} cases bit-identical; {} fail on both alike: \
+         {unsupported:?}; {} vary between runs of {reference} itself: {nondeterministic:?}",
         all.len() - unsupported.len() - nondeterministic.len(),
         all.len(),
         unsupported.len(),
         nondeterministic.len()
+    );
+}
+
+/// Every case on wgpu (Mesa's lavapipe in CI) and on Frugal<Wgpu>. Two runs can agree by
+/// chance, so the cases seen to vary (atomic float adds) are always treated as varying.
+#[cfg(feature = "wgpu")]
+#[test]
+fn all_ops_on_wgpu() {
+    compare_sides(
+        "wgpu",
+        "frugal-wgpu",
+        &["float_scatter_nd", "deform_conv2d_backward"],
+    );
+}
+
+/// Every case on burn-cuda and on frugal-cuda's runtime (same kernels, another allocator):
+/// needs a GPU, so it runs through the device tool, not in CI. The device cases return the
+/// device itself, whose name differs (`Cuda(0)` / `FrugalCuda(0)`), so for them both sides
+/// only have to succeed.
+#[cfg(feature = "frugal-cuda")]
+#[test]
+fn all_ops_on_frugal_cuda() {
+    compare_sides(
+        "cuda",
+        "frugal-cuda",
+        &[
+            "float_device",
+            "float_to_device",
+            "int_device",
+            "int_to_device",
+        ],
     );
 }

@@ -106,6 +106,11 @@ struct Args {
     /// lines: an allocation trace for `frugal-cuda`'s allocator tests).
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
+    /// With `--device frugal-cuda`: write what its allocator was asked (every block allocated
+    /// and freed, from before the model is built to the last step) to this file, in the same
+    /// format as `--trace`.
+    #[arg(long)]
+    allocator_trace: Option<std::path::PathBuf>,
     /// With `--device cuda`: run on CubeCL's CUDA backend without Burn's fusion, whose fused
     /// kernels are compiled (and fused matmuls autotuned) for every new sequence of ops.
     #[arg(long)]
@@ -255,6 +260,24 @@ fn allocator_figures<D: 'static>(device: &D) -> Option<AllocatorFigures> {
         });
     }
     None
+}
+
+/// Starts recording frugal-cuda's allocator input (`start`) or writes it to `path`, if `device`
+/// is a frugal-cuda device.
+#[allow(unused_variables)]
+fn allocator_trace<D: 'static>(device: &D, path: &std::path::Path, start: bool) {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        if start {
+            frugal_cuda::record_allocation_trace(device, true);
+        } else {
+            let events = frugal_cuda::write_allocation_trace(device, path)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+            eprintln!("wrote {events} allocator events to {}", path.display());
+        }
+    }
 }
 
 /// Resets frugal-cuda's peaks, if `device` is a frugal-cuda device.
@@ -583,6 +606,9 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
     if ledger && args.trace.is_some() {
         memory::record_timeline(&device, 1 << 22);
     }
+    if let Some(path) = &args.allocator_trace {
+        allocator_trace(&device, path, true);
+    }
     let kernels_before = frugal::kernels::stats();
     let config = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
     let checkpoint_blocks = scoped(name);
@@ -665,6 +691,9 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
     }
     if let (true, Some(path)) = (ledger, &args.trace) {
         write_trace(&memory::snapshot(&device), path);
+    }
+    if let Some(path) = &args.allocator_trace {
+        allocator_trace(&device, path, false);
     }
     let step_ms = median(&mut times);
     let remat = ledger.then(|| memory::remat_stats(&device).since(&remat_start));

@@ -27,5 +27,6 @@ mod cuda;
 pub use cuda::{
     CudaDeviceMemory, DeviceUnavailable, FrugalCuda, FrugalCudaDevice, FrugalCudaRuntime,
     FrugalCudaServer, FrugalCudaUnfused, MemoryReport, check_device, clear_oom_handler,
-    device_count, memory_report, reset_peak_memory, set_memory_cap, set_oom_handler,
+    device_count, memory_report, record_allocation_trace, reset_peak_memory, set_memory_cap,
+    set_oom_handler, write_allocation_trace,
 };

@@ -72,6 +72,39 @@ pub struct AllocatorStorage<D: DeviceMemory> {
     last_error: Option<AllocError>,
     slots: Box<[u64; BINDING_SLOTS]>,
     cursor: usize,
+    /// When recording: every block allocated and freed, in order (see [`TraceEvent`]).
+    trace: Option<Vec<TraceEvent>>,
+}
+
+/// One event of the allocator's input, as [`AllocatorStorage`] records it: what CubeCL's
+/// registry asked of the allocator (reservations served from CubeCL's own free slots never
+/// reach it, and frees arrive when CubeCL hands slots back). Replaying these through a
+/// [`CachingAllocator`] reproduces the device's layout exactly, which is what allocator
+/// policies can be compared on without a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum TraceEvent {
+    /// Block `id` of `bytes` bytes (the request, before rounding) was allocated.
+    Alloc {
+        /// The allocator's block id.
+        id: u64,
+        /// Bytes requested.
+        bytes: u64,
+    },
+    /// Block `id` was freed.
+    Free {
+        /// The allocator's block id.
+        id: u64,
+    },
+}
+
+impl std::fmt::Display for TraceEvent {
+    /// The text form of allocation traces in this crate's tests: `a <id> <bytes>`, `f <id>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TraceEvent::Alloc { id, bytes } => write!(f, "a {id} {bytes}"),
+            TraceEvent::Free { id } => write!(f, "f {id}"),
+        }
+    }
 }
 
 impl<D: DeviceMemory> std::fmt::Debug for AllocatorStorage<D> {
@@ -94,6 +127,7 @@ impl<D: DeviceMemory> AllocatorStorage<D> {
             last_error: None,
             slots: Box::new([0; BINDING_SLOTS]),
             cursor: 0,
+            trace: None,
         }
     }
 
@@ -111,6 +145,16 @@ impl<D: DeviceMemory> AllocatorStorage<D> {
     /// handed back yet).
     pub fn held_blocks(&self) -> usize {
         self.blocks.len()
+    }
+
+    /// Starts (clearing what was recorded) or stops recording the allocator's input.
+    pub fn record_trace(&mut self, on: bool) {
+        self.trace = on.then(Vec::new);
+    }
+
+    /// The events recorded since recording started, leaving the recording on and empty.
+    pub fn take_trace(&mut self) -> Vec<TraceEvent> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The device address of a storage id, if it is held.
@@ -171,6 +215,12 @@ impl<D: DeviceMemory + Send> ComputeStorage for AllocatorStorage<D> {
                 }
             }
         };
+        if let Some(trace) = &mut self.trace {
+            trace.push(TraceEvent::Alloc {
+                id: block.id(),
+                bytes: size,
+            });
+        }
         let id = StorageId::new();
         self.blocks.insert(id, block);
         Ok(StorageHandle::new(
@@ -180,9 +230,13 @@ impl<D: DeviceMemory + Send> ComputeStorage for AllocatorStorage<D> {
     }
 
     fn dealloc(&mut self, id: StorageId) {
-        if let Some(block) = self.blocks.remove(&id)
-            && let Err(e) = self.allocator.dealloc(block)
-        {
+        let Some(block) = self.blocks.remove(&id) else {
+            return;
+        };
+        if let Some(trace) = &mut self.trace {
+            trace.push(TraceEvent::Free { id: block.id() });
+        }
+        if let Err(e) = self.allocator.dealloc(block) {
             // Cannot happen for a block this storage handed out; record rather than panic.
             self.last_error = Some(e);
         }

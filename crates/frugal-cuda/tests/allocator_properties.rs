@@ -58,6 +58,8 @@ struct Setup {
     cap: Option<u64>,
     /// Install an out-of-memory handler that evicts the oldest live block.
     handler: bool,
+    /// Requests from this size on go to the huge pool (with expandable segments).
+    huge_threshold: Option<u64>,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -68,15 +70,17 @@ fn setup() -> impl Strategy<Value = Setup> {
         cap(),
         cap(),
         any::<bool>(),
+        prop_oneof![Just(None), (MIB..=64 * MIB).prop_map(Some)],
     )
         .prop_map(
-            |(vmm, expandable, granularity, device_capacity, cap, handler)| Setup {
+            |(vmm, expandable, granularity, device_capacity, cap, handler, huge_threshold)| Setup {
                 vmm,
                 expandable,
                 granularity,
                 device_capacity,
                 cap,
                 handler,
+                huge_threshold,
             },
         )
 }
@@ -92,6 +96,7 @@ fn run(setup: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let config = AllocatorConfig {
         expandable_segments: setup.expandable,
         cap: setup.cap,
+        huge_threshold: setup.huge_threshold,
         ..AllocatorConfig::default()
     };
     let mut a = CachingAllocator::with_config(device, config);

@@ -72,6 +72,7 @@ fn pool_index(pool: Pool) -> usize {
     match pool {
         Pool::Small => 0,
         Pool::Large => 1,
+        Pool::Huge => 2,
     }
 }
 
@@ -85,8 +86,8 @@ fn pool_index(pool: Pool) -> usize {
 fn should_split(pool: Pool, expandable: bool, remainder: u64) -> bool {
     match pool {
         Pool::Small => remainder >= MIN_BLOCK_SIZE,
-        Pool::Large if expandable => remainder >= MIN_BLOCK_SIZE,
-        Pool::Large => remainder > SMALL_SIZE,
+        Pool::Large | Pool::Huge if expandable => remainder >= MIN_BLOCK_SIZE,
+        Pool::Large | Pool::Huge => remainder > SMALL_SIZE,
     }
 }
 
@@ -107,7 +108,7 @@ pub struct CachingAllocator<D: DeviceMemory> {
     virtual_size: u64,
     segments: BTreeMap<u64, Segment>,
     /// Free blocks per pool (index by [`pool_index`]).
-    free: [BTreeSet<FreeKey>; 2],
+    free: [BTreeSet<FreeKey>; 3],
     next_segment: u64,
     next_block: u64,
     cap: Option<u64>,
@@ -161,7 +162,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             granularity,
             virtual_size,
             segments: BTreeMap::new(),
-            free: [BTreeSet::new(), BTreeSet::new()],
+            free: [BTreeSet::new(), BTreeSet::new(), BTreeSet::new()],
             next_segment: 0,
             next_block: 0,
             cap: config.cap,
@@ -239,7 +240,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     pub fn alloc(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
         self.flush();
         let rounded = round_size(size).ok_or(AllocError::SizeOverflow { requested: size })?;
-        let pool = Pool::for_size(rounded);
+        let pool = self.pool_for(rounded);
         if let Some(handle) = self.alloc_from_cache(pool, rounded) {
             return Ok(handle);
         }
@@ -305,7 +306,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     pub fn try_alloc_cached(&mut self, size: u64) -> Option<BlockHandle> {
         self.flush();
         let rounded = round_size(size)?;
-        self.alloc_from_cache(Pool::for_size(rounded), rounded)
+        self.alloc_from_cache(self.pool_for(rounded), rounded)
     }
 
     /// Frees a live block: it merges with its free neighbours and stays cached in its segment.
@@ -449,7 +450,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .count() as u64;
         st.largest_free_block = self
             .largest_free(Pool::Small)
-            .max(self.largest_free(Pool::Large));
+            .max(self.largest_free(Pool::Large))
+            .max(self.largest_free(Pool::Huge));
         st.cap = self.cap;
         st
     }
@@ -487,6 +489,15 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Snapshot {
             segments,
             stats: self.stats(),
+        }
+    }
+
+    /// The pool a request of `rounded` bytes goes to: [`Pool::for_size`], or [`Pool::Huge`]
+    /// at or above the configured threshold when segments are expandable.
+    fn pool_for(&self, rounded: u64) -> Pool {
+        match self.config.huge_threshold {
+            Some(threshold) if self.expandable && rounded >= threshold => Pool::Huge,
+            _ => Pool::for_size(rounded),
         }
     }
 
@@ -612,8 +623,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// Gets memory from the device for a request no cached block fits, and allocates it.
     fn grow(&mut self, pool: Pool, rounded: u64) -> Result<BlockHandle, GrowError> {
-        if pool == Pool::Large && self.expandable {
-            return self.grow_expandable(rounded);
+        if pool != Pool::Small && self.expandable {
+            return self.grow_expandable(pool, rounded);
         }
         let size = plain_segment_size(rounded).ok_or(GrowError::DeviceOom)?;
         self.check_cap(size)?;
@@ -624,12 +635,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// Grows an expandable segment at its end (merging with its free tail) or, if none has the
     /// address space left, makes a new one.
-    fn grow_expandable(&mut self, rounded: u64) -> Result<BlockHandle, GrowError> {
+    fn grow_expandable(&mut self, pool: Pool, rounded: u64) -> Result<BlockHandle, GrowError> {
         let g = self.granularity;
         // The segment needing the fewest new granules: the request minus its free tail.
         let mut best: Option<(u64, u64, u64)> = None; // (growth, segment, tail offset)
         for (&id, seg) in &self.segments {
-            let Some(virtual_size) = seg.expandable else {
+            let Some(virtual_size) = seg.expandable.filter(|_| seg.pool == pool) else {
                 continue;
             };
             let (tail, tail_free) = match seg.blocks.last_key_value() {
@@ -663,7 +674,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             let Some(seg) = self.segments.get_mut(&id) else {
                 return Err(GrowError::DeviceOom);
             };
-            let free = &mut self.free[pool_index(Pool::Large)];
+            let free = &mut self.free[pool_index(pool)];
             let size = match seg.blocks.get(&tail) {
                 Some(b) => {
                     free.remove(&(b.size, id, tail));
@@ -695,7 +706,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             let _ = self.device.release(base, virtual_size);
             return Err(grow_error(e));
         }
-        let id = self.new_segment(Pool::Large, base, Some(virtual_size), mapped);
+        let id = self.new_segment(pool, base, Some(virtual_size), mapped);
         Ok(self.take((mapped, id, 0), rounded))
     }
 }

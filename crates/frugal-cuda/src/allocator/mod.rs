@@ -61,6 +61,10 @@ pub enum Pool {
     Small,
     /// Bigger requests.
     Large,
+    /// Requests of at least [`AllocatorConfig::huge_threshold`], in expandable segments of
+    /// their own (only when that is set and expandable segments are in use), so that the
+    /// holes big transient tensors leave are not split by smaller long-lived ones.
+    Huge,
 }
 
 impl Pool {
@@ -79,6 +83,7 @@ impl fmt::Display for Pool {
         f.write_str(match self {
             Pool::Small => "small",
             Pool::Large => "large",
+            Pool::Huge => "huge",
         })
     }
 }
@@ -303,6 +308,9 @@ pub struct AllocatorConfig {
     pub expandable_virtual_size: Option<u64>,
     /// Hard limit on reserved bytes; `None` for no limit.
     pub cap: Option<u64>,
+    /// Requests of at least this many bytes go to the [`Pool::Huge`] pool (with expandable
+    /// segments only); `None` keeps them in the large pool.
+    pub huge_threshold: Option<u64>,
 }
 
 impl Default for AllocatorConfig {
@@ -311,6 +319,7 @@ impl Default for AllocatorConfig {
             expandable_segments: true,
             expandable_virtual_size: None,
             cap: None,
+            huge_threshold: None,
         }
     }
 }

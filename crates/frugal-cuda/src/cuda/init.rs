@@ -140,7 +140,7 @@ impl DeviceService for FrugalCudaServer {
         register_scaled_mma_features(scaled_mma, &mut props);
 
         let logger = Arc::new(ServerLogger::default());
-        let allocator = CachingAllocator::with_config(device_memory, AllocatorConfig::default());
+        let allocator = CachingAllocator::with_config(device_memory, allocator_config());
         let registry = HandleRegistry::new(allocator, logger.clone());
         let control = Arc::new(MemoryControl::default());
         let ctx = KernelContext::new(options, props.clone(), context, arch);
@@ -152,6 +152,36 @@ impl DeviceService for FrugalCudaServer {
     fn utilities(&self) -> ServerUtilitiesHandle {
         cubecl_runtime::server::ComputeServer::utilities(self) as ServerUtilitiesHandle
     }
+}
+
+/// Requests of at least this many MiB get expandable segments of their own on the device
+/// (see [`allocator_config`]).
+pub const HUGE_THRESHOLD_MIB: u64 = 32;
+
+/// The allocator's configuration on a device: the allocator's defaults, with requests of at
+/// least [`HUGE_THRESHOLD_MIB`] in their own expandable segments ([`Pool::Huge`]). Measured on
+/// the reference GPT step (H100, 14 steps): without it, reserved bytes crept up by whole
+/// 128 MiB logits buffers while 48–96 MiB blocks split their holes, to 1.164x the peak of
+/// live bytes; with it, 1.063x (64 MiB: 1.096x). `FRUGAL_CUDA_HUGE_THRESHOLD_MIB=<n>` sets
+/// another threshold, `0` turns the huge pool off; an unparsable value is reported and
+/// ignored.
+///
+/// [`Pool::Huge`]: crate::allocator::Pool::Huge
+fn allocator_config() -> AllocatorConfig {
+    let mut config = AllocatorConfig {
+        huge_threshold: Some(HUGE_THRESHOLD_MIB << 20),
+        ..AllocatorConfig::default()
+    };
+    if let Ok(value) = std::env::var("FRUGAL_CUDA_HUGE_THRESHOLD_MIB") {
+        match value.trim().parse::<u64>() {
+            Ok(0) => config.huge_threshold = None,
+            Ok(mib) => config.huge_threshold = Some(mib << 20),
+            Err(_) => log::warn!(
+                "FRUGAL_CUDA_HUGE_THRESHOLD_MIB={value:?} ignored: expected a whole number of MiB (0: no huge pool)"
+            ),
+        }
+    }
+    config
 }
 
 /// The type, atomic and instruction features of an `sm_{arch_version}` device, as cubecl-cuda

@@ -251,3 +251,26 @@ pub fn clear_oom_handler(device: &FrugalCudaDevice) {
 pub fn reset_peak_memory(device: &FrugalCudaDevice) {
     let _ = apply(device, ControlRequest::ResetPeaks);
 }
+
+/// Starts (clearing anything recorded) or stops recording what the allocator is asked: every
+/// block allocated and freed, in order ([`crate::storage::TraceEvent`]).
+pub fn record_allocation_trace(device: &FrugalCudaDevice, on: bool) {
+    let _ = apply(device, ControlRequest::RecordTrace(on));
+}
+
+/// The events recorded since [`record_allocation_trace`] (or the last call of this), as
+/// `a <id> <bytes>` / `f <id>` lines written to `path`. Returns the number of events.
+pub fn write_allocation_trace(
+    device: &FrugalCudaDevice,
+    path: &std::path::Path,
+) -> std::io::Result<usize> {
+    use std::io::Write as _;
+    let _ = apply(device, ControlRequest::TakeTrace);
+    let events = client(device).info().take_trace();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for event in &events {
+        writeln!(out, "{event}")?;
+    }
+    out.flush()?;
+    Ok(events.len())
+}

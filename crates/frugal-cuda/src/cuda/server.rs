@@ -49,7 +49,7 @@ use super::compiler::KernelContext;
 use super::memory::{CudaDeviceMemory, PinnedBytesController, PinnedStorage};
 use super::tma;
 use crate::allocator::{AllocError, OomInfo, Stats};
-use crate::storage::{DeviceResource, HandleRegistry, RegistryCounters};
+use crate::storage::{DeviceResource, HandleRegistry, RegistryCounters, TraceEvent};
 
 const MB: usize = 1 << 20;
 
@@ -112,6 +112,10 @@ pub(crate) enum ControlRequest {
     OomHandler(Box<dyn FnMut(&OomInfo) -> bool + Send>),
     ClearOomHandler,
     ResetPeaks,
+    /// Start (clearing) or stop recording the allocator's input.
+    RecordTrace(bool),
+    /// Move the recorded events into [`MemoryControl`] for the caller.
+    TakeTrace,
 }
 
 /// What the allocator reports, as published by the server.
@@ -136,6 +140,7 @@ pub struct MemoryControl {
     requests: Mutex<Vec<ControlRequest>>,
     report: Mutex<MemoryReport>,
     last_error: Mutex<Option<AllocError>>,
+    trace: Mutex<Vec<TraceEvent>>,
 }
 
 impl std::fmt::Debug for MemoryControl {
@@ -155,6 +160,10 @@ impl MemoryControl {
 
     pub(crate) fn report(&self) -> MemoryReport {
         *self.report.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn take_trace(&self) -> Vec<TraceEvent> {
+        std::mem::take(&mut *self.trace.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub(crate) fn take_error(&self) -> Option<AllocError> {
@@ -256,6 +265,15 @@ impl FrugalCudaServer {
                 }
                 ControlRequest::ResetPeaks => {
                     self.memory.reset_peaks();
+                    Ok(())
+                }
+                ControlRequest::RecordTrace(on) => {
+                    self.memory.storage().record_trace(on);
+                    Ok(())
+                }
+                ControlRequest::TakeTrace => {
+                    let events = self.memory.storage().take_trace();
+                    *self.control.trace.lock().unwrap_or_else(|e| e.into_inner()) = events;
                     Ok(())
                 }
             };

@@ -102,11 +102,16 @@ pub fn replay_within_goal(events: &[Event]) -> Stats {
 /// The reference step's trace recorded on an H100 (`tests/data/gpt-reference-h100.trace.gz`, see
 /// `recorded_trace.rs`), with the ledger's allocation numbers renumbered from 0.
 pub fn recorded_reference_trace() -> Vec<Event> {
-    let gz = std::fs::read(concat!(
+    read_trace(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/gpt-reference-h100.trace.gz"
     ))
-    .expect("the trace ships with the tests");
+}
+
+/// A gzip'd text trace (`a <id> <bytes>` / `f <id>` lines), ids renumbered from 0 in order of
+/// allocation.
+pub fn read_trace(path: &str) -> Vec<Event> {
+    let gz = std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
     let mut text = String::new();
     flate2::read::GzDecoder::new(&gz[..])
         .read_to_string(&mut text)
