@@ -580,3 +580,39 @@ fn try_alloc_cached_never_calls_the_device() {
     assert_eq!(y.segment(), x.segment());
     ok(&a, &[y]);
 }
+
+/// The failure the GPU stress test found with the huge pool on: under a cap, a small request
+/// found no room to grow its pool while a hole inside a huge segment sat free. Before failing,
+/// the allocator now takes the best fit from any pool.
+#[test]
+fn under_the_cap_a_hole_in_another_pool_serves_the_request() {
+    let config = AllocatorConfig {
+        cap: Some(81 * MIB),
+        huge_threshold: Some(32 * MIB),
+        ..AllocatorConfig::default()
+    };
+    let mut a = CachingAllocator::with_config(SimulatedDevice::new(), config);
+    let first = a.alloc(40 * MIB).unwrap();
+    let second = a.alloc(40 * MIB).unwrap();
+    assert_eq!(a.snapshot().segments[0].pool, Pool::Huge);
+    // A hole inside the huge segment: the live block after it keeps it mapped.
+    a.dealloc(first).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 80 * MIB);
+    // A small segment (2 MiB) and a large request (10 MiB) would both pass the cap.
+    let small = a
+        .alloc(512 * KIB)
+        .expect("served from the huge segment's hole");
+    let large = a
+        .alloc(10 * MIB)
+        .expect("served from the huge segment's hole");
+    let st = a.stats();
+    assert_eq!(st.cross_pool_allocs, 2);
+    assert_eq!(st.oom_count, 0);
+    assert!(st.reserved_bytes <= 81 * MIB);
+    ok(&a, &[second, small, large]);
+    // Freed, they merge back into the huge segment's hole.
+    a.dealloc(small).unwrap();
+    a.dealloc(large).unwrap();
+    ok(&a, &[second]);
+    assert_eq!(a.snapshot().segments.len(), 1);
+}

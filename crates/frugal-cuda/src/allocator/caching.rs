@@ -259,6 +259,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 Err(GrowError::DeviceOom) => reason = OomReason::Device,
             }
         }
+        // Free memory of the other pools (a hole in a huge segment, a large block for a small
+        // request) is better than failing: pools separate sizes to limit fragmentation, not
+        // to refuse memory that is there.
+        if let Some(handle) = self.alloc_from_any_pool(rounded) {
+            return Ok(handle);
+        }
         if self.handler.is_some() {
             let info = OomInfo {
                 requested: size,
@@ -278,6 +284,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                     return Ok(handle);
                 }
                 self.release_cached()?;
+                if let Some(handle) = self.alloc_from_any_pool(rounded) {
+                    return Ok(handle);
+                }
                 match self.grow(pool, rounded) {
                     Ok(handle) => return Ok(handle),
                     Err(GrowError::Device(e)) => return Err(e.into()),
@@ -527,6 +536,20 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Best fit over every pool's cached free blocks: the last resort before out-of-memory.
+    /// The block stays in its segment's pool (it merges back there when freed).
+    fn alloc_from_any_pool(&mut self, rounded: u64) -> Option<BlockHandle> {
+        let key = self
+            .free
+            .iter()
+            .filter_map(|free| free.range((rounded, 0, 0)..).next().copied())
+            .min()?;
+        let handle = self.take(key, rounded);
+        self.st.cache_hits += 1;
+        self.st.cross_pool_allocs += 1;
+        Some(handle)
     }
 
     /// Best fit from the pool's cached free blocks.

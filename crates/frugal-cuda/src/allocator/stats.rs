@@ -46,6 +46,9 @@ pub struct Stats {
     pub segment_growths: u64,
     /// Allocations that failed for lack of memory.
     pub oom_count: u64,
+    /// Allocations served, as a last resort before out-of-memory, from a free block of
+    /// another pool.
+    pub cross_pool_allocs: u64,
     /// Calls of the out-of-memory handler.
     pub oom_handler_calls: u64,
     /// Queued frees (see [`super::FreeQueue`]) that were refused (unknown or already free).
