@@ -294,10 +294,14 @@ pub fn check_cases(cases: &[Case]) -> Vec<&'static str> {
 /// `frugal-wgpu` (Frugal<Wgpu>), `cuda` (burn-cuda), `frugal-cuda` (frugal-cuda's runtime).
 /// Stops after the first panic: a panic inside a fusion server leaves the device unusable for
 /// the rest of the process, so the caller starts a fresh one.
+#[cfg_attr(
+    not(any(feature = "wgpu", feature = "frugal-cuda")),
+    allow(unreachable_code, unused_variables, clippy::never_loop)
+)]
 pub fn run_side(cases: &[Case], side: &str, from: usize) {
     use std::hash::{Hash, Hasher};
     for (index, case) in cases.iter().enumerate().skip(from) {
-        let result = match side {
+        let result: Result<Vec<Out>, String> = match side {
             #[cfg(feature = "wgpu")]
             "wgpu" => run_seeded::<_, burn::backend::wgpu::Wgpu>(case.wgpu.0, &Default::default()),
             #[cfg(feature = "wgpu")]

@@ -257,52 +257,63 @@ impl Budget {
             .collect()
     }
 
-    /// The cheapest group of resident cells that together hold every reference to one buffer
-    /// and can all be recomputed.
-    fn shared_group(&self, now: u64, policy: &Policy) -> Option<Vec<Arc<dyn CellDyn>>> {
-        self.shared_buffers()
-            .into_iter()
-            .filter_map(|cells| {
+    /// The cheapest of `groups` (see [`Self::shared_buffers`]) whose cells can all be
+    /// recomputed, taken out of the list.
+    fn shared_group(
+        groups: &mut Vec<Vec<Arc<dyn CellDyn>>>,
+        now: u64,
+        policy: &Policy,
+    ) -> Option<Vec<Arc<dyn CellDyn>>> {
+        let (index, _) = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(index, cells)| {
                 let mut score = 0.0;
-                for cell in &cells {
+                for cell in cells {
                     let candidate = cell.candidate(now, policy, true)?;
                     (candidate.action == Action::Recompute).then_some(())?;
                     score += candidate.score;
                 }
-                Some((score, cells))
+                Some((index, score))
             })
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, cells)| cells)
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        Some(groups.swap_remove(index))
     }
 
-    /// The cheapest buffer held by one tensor that can be offloaded (not strided, not
-    /// recomputable) and by views of it that can all be recomputed: the views, and the tensor.
-    fn offloadable_group(&self, now: u64, policy: &Policy) -> Option<OffloadableGroup> {
+    /// The cheapest of `groups` held by one tensor that can be offloaded (not strided, not
+    /// recomputable) and by views of it that can all be recomputed: the views, and the tensor,
+    /// taken out of the list.
+    fn offloadable_group(
+        groups: &mut Vec<Vec<Arc<dyn CellDyn>>>,
+        now: u64,
+        policy: &Policy,
+    ) -> Option<OffloadableGroup> {
         if policy.mode == EvictionMode::RecomputeOnly {
             return None;
         }
-        self.shared_buffers()
-            .into_iter()
-            .filter_map(|cells| {
+        let (index, _, root) = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(index, cells)| {
                 let mut root = None;
-                let mut views = Vec::new();
                 let mut score = 0.0;
-                for cell in cells {
+                for (at, cell) in cells.iter().enumerate() {
                     match cell.candidate(now, policy, true) {
                         Some(c) if c.action == Action::Recompute && cell.core().strided => {
                             score += c.score;
-                            views.push(cell);
                         }
-                        _ if root.is_none() && !cell.core().strided => root = Some(cell),
+                        _ if root.is_none() && !cell.core().strided => root = Some(at),
                         _ => return None,
                     }
                 }
                 let root = root?;
                 score += policy.host_cost_per_byte;
-                Some((score, OffloadableGroup { views, root }))
+                Some((index, score, root))
             })
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, group)| group)
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        let mut views = groups.swap_remove(index);
+        let root = views.swap_remove(root);
+        Some(OffloadableGroup { views, root })
     }
 
     /// About sqrt(n) + 32 registered cells chosen at random (all of them when few).
@@ -532,9 +543,11 @@ impl Budget {
             }
             apply(candidate.action, &cell);
         }
-        // A tensor and its views share a buffer that no single eviction frees.
+        // A tensor and its views share a buffer that no single eviction frees. The groups
+        // are found once: evicting one group leaves the others' holders as they were.
+        let mut groups = self.shared_buffers();
         while ledger.live_bytes() > target
-            && let Some(group) = self.shared_group(now, policy)
+            && let Some(group) = Self::shared_group(&mut groups, now, policy)
         {
             // Every cell of the group must go for the buffer to be freed: no short circuit.
             if group.iter().filter(|cell| cell.evict()).count() == 0 {
@@ -552,7 +565,8 @@ impl Budget {
         // views are evicted (recomputed from the tensor when read), the tensor is alone on its
         // buffer and can be offloaded.
         while ledger.live_bytes() > target
-            && let Some(OffloadableGroup { views, root }) = self.offloadable_group(now, policy)
+            && let Some(OffloadableGroup { views, root }) =
+                Self::offloadable_group(&mut groups, now, policy)
         {
             if !views.iter().all(|view| view.evict()) {
                 break;
