@@ -668,6 +668,51 @@ fn a_thousand_steps_under_half_the_peak_do_not_leak() {
 const SIDE: usize = 64;
 const BYTES: u64 = (SIDE * SIDE * 4) as u64;
 
+/// Found by the random sequences in CI: `p.matmul(p.transpose())` was taken for a strided
+/// tensor (an input view of its shape) and so never offloaded; once `p` was consumed it could
+/// not be recomputed either, and reading it back failed a budget it fits in.
+#[test]
+fn a_product_with_a_transposed_input_can_be_offloaded() {
+    let _serial = lock();
+    quiet_budget_panics();
+    let base = memory::live_bytes(&DEVICE);
+    let square = 9 * 9 * 4;
+    let values = host_values([9, 1], 7);
+    memory::set_policy(
+        &DEVICE,
+        Policy {
+            mode: EvictionMode::OffloadOnly,
+            ..Policy::default()
+        },
+    );
+    memory::set_budget(&DEVICE, Some(base + 2 * square));
+    let run = |x: Tensor<Managed, 2>| {
+        let p = x.clone().matmul(x.transpose());
+        let q = p.clone().matmul(p.clone().transpose());
+        // Consumes `p`'s last handle: its buffer becomes `e`'s.
+        let e = p.exp();
+        (q, e)
+    };
+    let (q, e) = run(Tensor::from_data(values.clone(), &DEVICE));
+    let x = Tensor::<Plain, 2>::from_data(values, &DEVICE);
+    let p = x.clone().matmul(x.transpose());
+    let expected = [p.clone().matmul(p.clone().transpose()), p.exp()];
+    // Room for one of the two products only: each read must offload the other.
+    memory::set_budget(&DEVICE, Some(base + square));
+    for _ in 0..2 {
+        for (got, expected) in [&q, &e].into_iter().zip(&expected) {
+            let read = catch_unwind(AssertUnwindSafe(|| got.clone().into_data()));
+            let read = read.unwrap_or_else(|payload| panic!("{}", panic_message(&*payload)));
+            assert_eq!(bits(&read), bits(&expected.clone().into_data()));
+            assert!(memory::live_bytes(&DEVICE) <= base + square);
+        }
+    }
+    memory::set_budget(&DEVICE, None);
+    memory::set_policy(&DEVICE, Policy::default());
+    drop((q, e));
+    assert_eq!(memory::live_bytes(&DEVICE), base);
+}
+
 #[test]
 fn consuming_the_last_handle_keeps_no_copy_of_the_input() {
     let _serial = lock();

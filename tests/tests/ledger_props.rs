@@ -187,6 +187,50 @@ fn timeline_events_account_for_every_byte() {
 }
 
 #[test]
+fn holders_at_peak_replay_the_timeline() {
+    let _guard = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let device = CpuDevice::default();
+    let before = Tensor::<Wrapped, 2>::ones([4, 4], &device);
+    memory::record_timeline(&device, 1000);
+    let base = memory::live_bytes(&device);
+    let a = Tensor::<Wrapped, 2>::ones([16, 8], &device);
+    memory::mark(&device, "compute");
+    // The peak: `a` (512 B), the product (1 KiB) and its exp (1 KiB) live together.
+    let product = a.clone().matmul(a.clone().transpose());
+    let exp = product.clone().exp();
+    drop((product, exp));
+    // Later, less at once: `a` and one 512 B sum.
+    let sum = a.clone() + a.clone();
+    drop(sum);
+    let snapshot = memory::snapshot(&device);
+    memory::record_timeline(&device, 0);
+    let peak = snapshot.holders_at_peak().expect("a complete timeline");
+    assert_eq!(peak.live_bytes, base + 512 + 1024 + 1024);
+    assert_eq!(peak.after_mark.as_deref(), Some("compute"));
+    assert_eq!(peak.before_recording_bytes, base);
+    let bytes = |op: &str| {
+        peak.holders
+            .iter()
+            .find(|h| h.op == op)
+            .map(|h| (h.bytes, h.tensors))
+    };
+    assert_eq!(bytes("float_matmul"), Some((1024, 1)));
+    assert_eq!(bytes("float_exp"), Some((1024, 1)));
+    assert_eq!(bytes("float_add"), None, "allocated after the peak");
+    assert_eq!(peak.holders[0].bytes, 1024);
+    drop((a, before));
+
+    // A timeline that lost events cannot be replayed.
+    memory::record_timeline(&device, 2);
+    for _ in 0..4 {
+        let _ = Tensor::<Wrapped, 1>::ones([4], &device) + 1.0;
+    }
+    let snapshot = memory::snapshot(&device);
+    memory::record_timeline(&device, 0);
+    assert!(snapshot.holders_at_peak().is_none());
+}
+
+#[test]
 fn timeline_is_bounded() {
     let _guard = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
     let device = CpuDevice::default();

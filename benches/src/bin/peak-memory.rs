@@ -111,6 +111,11 @@ struct Args {
     /// format as `--trace`.
     #[arg(long)]
     allocator_trace: Option<std::path::PathBuf>,
+    /// For Frugal configurations: record the timed steps' timeline and report which ops'
+    /// outputs held the live bytes at their peak (`peak_holders` in the JSON, top ones on
+    /// stderr). Recording takes a lock per allocation and free.
+    #[arg(long)]
+    peak_holders: bool,
     /// With `--device cuda`: run on CubeCL's CUDA backend without Burn's fusion, whose fused
     /// kernels are compiled (and fused matmuls autotuned) for every new sequence of ops.
     #[arg(long)]
@@ -218,6 +223,9 @@ struct Line {
     kernel_casts: u64,
     ledger_vs_pool: Vec<PhasePoint>,
     budget_bytes: Option<u64>,
+    /// With `--peak-holders`: who held the live bytes at the timed steps' peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_holders: Option<frugal::memory::PeakHolders>,
     checkpoint_blocks: bool,
     #[serde(flatten)]
     remat: Option<RematStats>,
@@ -642,6 +650,9 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
     for step in 0..args.steps {
         let data = random_tokens(0, step as u64, args.batch, args.seq, args.vocab);
         if step == args.warmup {
+            if ledger && args.peak_holders && args.trace.is_none() {
+                memory::record_timeline(&device, 1 << 24);
+            }
             memory::reset_peak(&device);
             reset_allocator_peaks(&device);
             remat_start = memory::remat_stats(&device);
@@ -650,6 +661,9 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         let timed = step >= args.warmup;
         let started = Instant::now();
         let on_phase = |phase: Phase| {
+            if ledger && args.peak_holders {
+                memory::mark(&device, phase.label());
+            }
             // Only the last step is probed: a sync at each phase would slow the others.
             if step + 1 == args.steps {
                 A::sync(&device).expect("sync");
@@ -695,6 +709,21 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
     if let Some(path) = &args.allocator_trace {
         allocator_trace(&device, path, false);
     }
+    let peak_holders = (ledger && args.peak_holders)
+        .then(|| memory::snapshot(&device).holders_at_peak())
+        .flatten();
+    if let Some(peak) = &peak_holders {
+        eprintln!(
+            "{name}: at the peak of {} B (after {:?}; {} B allocated before recording):",
+            peak.live_bytes, peak.after_mark, peak.before_recording_bytes
+        );
+        for holder in peak.holders.iter().take(16) {
+            eprintln!(
+                "  {:>14} B in {:>5}  {}",
+                holder.bytes, holder.tensors, holder.op
+            );
+        }
+    }
     let step_ms = median(&mut times);
     let remat = ledger.then(|| memory::remat_stats(&device).since(&remat_start));
     Line {
@@ -718,6 +747,7 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         kernel_casts: frugal::kernels::stats().casts - kernels_before.casts,
         ledger_vs_pool: points,
         budget_bytes: budget,
+        peak_holders,
         checkpoint_blocks,
         remat,
         allocator: allocator_figures(&device),

@@ -16,7 +16,9 @@ pub use crate::budget::{RematStats, parse_bytes};
 use crate::ledger::Ledger;
 pub use crate::policy::{EvictionMode, Policy};
 pub use crate::pool::{PoolUsage, pool_usage};
-pub use crate::report::{Event, EventKind, Holder, MemoryReport, Snapshot, format_bytes};
+pub use crate::report::{
+    Event, EventKind, Holder, MemoryReport, PeakHolders, Snapshot, format_bytes,
+};
 
 /// Bytes of live tensor storage on `device`.
 pub fn live_bytes<D: DeviceOps + 'static>(device: &D) -> u64 {

@@ -75,11 +75,17 @@ impl Default for Policy {
 /// bytes per element, then read 2 and write 4: 12 bytes per 4-byte element.
 pub const COMPRESS_COST_PER_BYTE: f64 = 3.0;
 
+/// Whether `op` is a product (matrix product, convolution, attention): many multiply-adds per
+/// byte, and a result written into a fresh buffer of standard layout whatever its inputs'
+/// layouts.
+pub(crate) fn is_product(op: &str) -> bool {
+    op.contains("matmul") || op.contains("conv") || op.contains("attention")
+}
+
 /// Estimated cost of re-running `op`, from its tensor inputs' and output's bytes.
 pub(crate) fn op_cost(op: &str, inputs: &[u64], output: u64) -> f64 {
     let traffic = inputs.iter().sum::<u64>() as f64 + output as f64;
-    let products = op.contains("matmul") || op.contains("conv") || op.contains("attention");
-    if products && inputs.len() >= 2 {
+    if is_product(op) && inputs.len() >= 2 {
         // For an (m×k)·(k×n) f32 product, sqrt(lhs·rhs·out bytes) / 8 = m·n·k multiply-adds;
         // a GPU does about 16 of them per byte of memory traffic.
         let (lhs, rhs) = (inputs[0] as f64, inputs[1] as f64);

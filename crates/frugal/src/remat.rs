@@ -335,12 +335,17 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     ) -> Arc<Self> {
         let ledger = storage.ledger;
         let shape = tensor.shape();
+        // A product's result has a layout of its own: only views and same-shaped results of
+        // strided inputs (elementwise ops may keep their input's layout) are strided. Counting
+        // `x.matmul(x.transpose())` as strided left it neither offloadable nor, once `x` was
+        // consumed, recomputable, and the budget failed with room to spare.
         let strided = recipe.as_ref().is_some_and(|recipe| {
             recipe.view_of.is_some()
-                || recipe
-                    .inputs
-                    .iter()
-                    .any(|input| input.core().strided && *input.shape_ref() == shape)
+                || (!crate::policy::is_product(storage.op.name())
+                    && recipe
+                        .inputs
+                        .iter()
+                        .any(|input| input.core().strided && *input.shape_ref() == shape))
         });
         let cell = Arc::new(Self {
             core: CellCore {

@@ -1,6 +1,7 @@
 //! Reports: a text summary in the style of `torch.cuda.memory_summary`, and a JSON snapshot
 //! with the event timeline.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -268,4 +269,77 @@ impl Snapshot {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a snapshot always serialises")
     }
+
+    /// Who held the live bytes at the highest point of the recorded timeline, found by
+    /// replaying its events. `None` if nothing was recorded or events fell off the front of
+    /// the timeline (the replay would miss their buffers).
+    pub fn holders_at_peak(&self) -> Option<PeakHolders> {
+        if self.dropped_events > 0 {
+            return None;
+        }
+        let (peak_at, peak) = self
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == EventKind::Alloc)
+            .max_by_key(|(at, e)| (e.live_bytes, std::cmp::Reverse(*at)))?;
+        // Buffer number -> index of its alloc event, for the buffers live at the peak.
+        let mut live: HashMap<u64, usize> = HashMap::new();
+        for (at, event) in self.events[..=peak_at].iter().enumerate() {
+            match event.kind {
+                EventKind::Alloc => {
+                    live.insert(event.alloc_seq, at);
+                }
+                EventKind::Free => {
+                    live.remove(&event.alloc_seq);
+                }
+                EventKind::Mark => {}
+            }
+        }
+        let mut by_op: HashMap<&str, (u64, u64)> = HashMap::new();
+        for &at in live.values() {
+            let event = &self.events[at];
+            let entry = by_op.entry(&event.op).or_default();
+            entry.0 += event.bytes;
+            entry.1 += 1;
+        }
+        let mut holders: Vec<Holder> = by_op
+            .into_iter()
+            .map(|(op, (bytes, tensors))| Holder {
+                op: op.to_string(),
+                bytes,
+                tensors,
+            })
+            .collect();
+        holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.op.cmp(&b.op)));
+        let recorded: u64 = holders.iter().map(|h| h.bytes).sum();
+        let mark = self.events[..peak_at]
+            .iter()
+            .rev()
+            .find(|e| e.kind == EventKind::Mark)
+            .map(|e| e.op.clone());
+        Some(PeakHolders {
+            seq: peak.seq,
+            live_bytes: peak.live_bytes,
+            after_mark: mark,
+            holders,
+            before_recording_bytes: peak.live_bytes.saturating_sub(recorded),
+        })
+    }
+}
+
+/// The holders of the live bytes at a timeline's peak (see [`Snapshot::holders_at_peak`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct PeakHolders {
+    /// The timeline position of the allocation that reached the peak.
+    pub seq: u64,
+    /// Live bytes on the device at the peak.
+    pub live_bytes: u64,
+    /// The last mark recorded before the peak (e.g. "backward"), if any.
+    pub after_mark: Option<String>,
+    /// Bytes of the buffers live at the peak that were allocated during recording, by the
+    /// Backend method that produced them, most bytes first.
+    pub holders: Vec<Holder>,
+    /// Live bytes at the peak held by buffers allocated before recording started.
+    pub before_recording_bytes: u64,
 }
