@@ -420,14 +420,13 @@ impl Budget {
         self.scope.store(outer, Relaxed);
         self.open_scopes.fetch_sub(1, Relaxed);
         self.update_managing();
+        // Dropped tensors too: one still resident is kept for evicted tensors computed from
+        // it (e.g. `qkv`, which the views `q`, `k`, `v` saved by autodiff share), and its
+        // buffer goes only if it is evicted with them.
         for cell in self.cells() {
             let core = cell.core();
             let address = Arc::as_ptr(&cell) as *const () as usize;
-            if core.scope >= id
-                && !core.is_dead()
-                && !keep.contains(&address)
-                && cell.status() == Status::Resident
-            {
+            if core.scope >= id && !keep.contains(&address) && cell.status() == Status::Resident {
                 cell.evict();
             }
         }

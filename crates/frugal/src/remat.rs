@@ -293,6 +293,8 @@ pub(crate) trait CellDyn: Send + Sync {
     fn shape_ref(&self) -> &Shape;
     fn add_dependent(&self);
     fn remove_dependent(&self);
+    /// Ends one restore chain's pin; the last frees the data of a dropped cell nobody needs.
+    fn unpin(&self);
     /// Called once when the program's last handle goes: frees the data unless needed.
     fn on_dead(&self);
 }
@@ -315,6 +317,14 @@ pub(crate) trait CellOf<P>: CellDyn {
 
 /// The longest chain of dropped tensors kept only to recompute live ones.
 const MAX_DEAD_CHAIN: u32 = 1;
+
+/// The same inside a checkpoint scope. A block's saved tensors are often a few ops and views
+/// away from what the program still holds (`softmax`'s input is `mask_fill(div(q·kᵀ))`, each
+/// consuming the last; `q` is a view of a view of a view of a dropped `qkv`), and a scope
+/// exists to recompute them. Its history is bounded by the block, and goes when autodiff
+/// drops the saved tensors in the backward pass; [`Policy::max_depth`] still bounds a
+/// recomputation's depth.
+const MAX_SCOPED_DEAD_CHAIN: u32 = 32;
 
 /// A managed tensor of kind `K` on backend `B`.
 pub(crate) struct Cell<B: Backend, K: Kind<B>> {
@@ -381,53 +391,98 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     }
 
     /// Restores this cell and every evicted or offloaded cell its recipe needs, deepest first.
-    /// The cells of the chain are pinned while it runs; between restores the budget evicts
-    /// other tensors, so a long chain does not pile up above the budget.
+    /// A cell of the chain is pinned from the start until the last cell of the chain that reads
+    /// it is restored; between restores the budget evicts other tensors (and the cells no
+    /// longer needed), so a long chain does not pile up above the budget.
     fn ensure_resident(&self) {
         if self.status() == Status::Resident {
             return;
         }
-        // Post-order walk with an explicit stack: inputs are restored before their users.
-        let mut order: Vec<Arc<dyn CellDyn>> = Vec::new();
-        let mut stack: Vec<(Arc<dyn CellDyn>, bool)> = self
-            .missing_inputs()
-            .into_iter()
-            .map(|input| (input, false))
+        type Key = *const CellCore;
+        let key = |cell: &Arc<dyn CellDyn>| cell.core() as Key;
+        // Post-order walk with an explicit stack: inputs are restored before their users. Each
+        // cell comes with the inputs it must wait for.
+        let root_inputs = self.missing_inputs();
+        let mut order: Vec<(Arc<dyn CellDyn>, Vec<Key>)> = Vec::new();
+        let mut stack: Vec<(Arc<dyn CellDyn>, Option<Vec<Key>>)> = root_inputs
+            .iter()
+            .map(|input| (input.clone(), None))
             .collect();
-        let mut seen: Vec<*const CellCore> = Vec::new();
+        let mut seen: Vec<Key> = Vec::new();
         while let Some((cell, expanded)) = stack.pop() {
-            if expanded {
-                order.push(cell);
+            if let Some(inputs) = expanded {
+                order.push((cell, inputs));
                 continue;
             }
-            let key = cell.core() as *const CellCore;
-            if seen.contains(&key) {
+            if seen.contains(&key(&cell)) {
                 continue;
             }
-            seen.push(key);
+            seen.push(key(&cell));
             let inputs = cell.missing_inputs();
-            stack.push((cell, true));
-            stack.extend(inputs.into_iter().map(|input| (input, false)));
+            let keys = inputs.iter().map(key).collect();
+            stack.push((cell, Some(keys)));
+            stack.extend(inputs.into_iter().map(|input| (input, None)));
         }
-        struct Pins<'a>(Vec<&'a CellCore>);
-        impl Drop for Pins<'_> {
-            fn drop(&mut self) {
-                for core in &self.0 {
-                    core.pins.fetch_sub(1, Relaxed);
+        /// The chain's cells, each pinned while `readers` (cells of the chain still to be
+        /// restored that read it) is non-zero; whatever is left is unpinned on drop. The root
+        /// is unpinned without being settled: its caller reads it next (or, consuming it,
+        /// settles it).
+        struct Pins<'a> {
+            chain: Vec<(&'a dyn CellDyn, u32)>,
+            root: &'a CellCore,
+        }
+        impl Pins<'_> {
+            fn done_reading(&mut self, inputs: &[Key]) {
+                for &input in inputs {
+                    if let Some(pin) = self
+                        .chain
+                        .iter_mut()
+                        .find(|(c, n)| c.core() as Key == input && *n > 0)
+                    {
+                        pin.1 -= 1;
+                        if pin.1 == 0 {
+                            pin.0.unpin();
+                        }
+                    }
                 }
             }
         }
-        let mut pins = Pins(Vec::with_capacity(order.len() + 1));
-        for core in order.iter().map(|c| c.core()).chain([&self.core]) {
-            core.pins.fetch_add(1, Relaxed);
-            pins.0.push(core);
+        impl Drop for Pins<'_> {
+            fn drop(&mut self) {
+                for (cell, readers) in &self.chain {
+                    if *readers > 0 {
+                        cell.unpin();
+                    }
+                }
+                self.root.pins.fetch_sub(1, Relaxed);
+            }
         }
+        let root_keys: Vec<Key> = root_inputs.iter().map(key).collect();
+        let readers = |cell: Key| {
+            order
+                .iter()
+                .map(|(_, inputs)| inputs)
+                .chain([&root_keys])
+                .map(|inputs| inputs.iter().filter(|&&k| k == cell).count() as u32)
+                .sum::<u32>()
+        };
+        let mut pins = Pins {
+            chain: Vec::with_capacity(order.len()),
+            root: &self.core,
+        };
+        for (cell, _) in &order {
+            cell.core().pins.fetch_add(1, Relaxed);
+            pins.chain
+                .push((&**cell, readers(cell.core() as Key).max(1)));
+        }
+        self.core.pins.fetch_add(1, Relaxed);
         let budget = &self.core.ledger.budget;
-        for cell in &order {
+        for (cell, inputs) in &order {
             if cell.status() != Status::Resident {
                 cell.restore_one();
-                budget.relieve(self.core.ledger);
             }
+            pins.done_reading(inputs);
+            budget.relieve(self.core.ledger);
         }
         self.restore_one();
         drop(pins);
@@ -474,7 +529,12 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             .map(|input| input.core().dead_chain.load(Relaxed) + 1)
             .max()
             .unwrap_or(1);
-        if chain > MAX_DEAD_CHAIN {
+        let limit = if self.core.scope != 0 {
+            MAX_SCOPED_DEAD_CHAIN
+        } else {
+            MAX_DEAD_CHAIN
+        };
+        if chain > limit {
             return None;
         }
         self.core.dead_chain.store(chain, Relaxed);
@@ -484,7 +544,11 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     /// Frees the data of a dead cell nobody evicted depends on; keeps its recipe if it can
     /// still be replayed, so live cells computed from it stay recomputable.
     fn settle(&self) {
-        if !self.core.is_dead() || self.core.dependents.load(Relaxed) > 0 {
+        // A pinned cell is read by a restore chain still running; its last unpin settles it.
+        if !self.core.is_dead()
+            || self.core.dependents.load(Relaxed) > 0
+            || self.core.pins.load(Relaxed) > 0
+        {
             return;
         }
         let mut slot = self.lock();
@@ -802,6 +866,12 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
 
     fn remove_dependent(&self) {
         if self.core.dependents.fetch_sub(1, Relaxed) == 1 {
+            self.settle();
+        }
+    }
+
+    fn unpin(&self) {
+        if self.core.pins.fetch_sub(1, Relaxed) == 1 {
             self.settle();
         }
     }
