@@ -404,7 +404,9 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         // cell comes with the inputs it must wait for.
         let root_inputs = self.missing_inputs();
         let mut order: Vec<(Arc<dyn CellDyn>, Vec<Key>)> = Vec::new();
-        let mut stack: Vec<(Arc<dyn CellDyn>, Option<Vec<Key>>)> = root_inputs
+        /// A cell to visit, with its own missing inputs once expanded.
+        type Visit = (Arc<dyn CellDyn>, Option<Vec<Key>>);
+        let mut stack: Vec<Visit> = root_inputs
             .iter()
             .map(|input| (input.clone(), None))
             .collect();
@@ -437,7 +439,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                     if let Some(pin) = self
                         .chain
                         .iter_mut()
-                        .find(|(c, n)| c.core() as Key == input && *n > 0)
+                        .find(|(c, n)| std::ptr::eq(c.core(), input) && *n > 0)
                     {
                         pin.1 -= 1;
                         if pin.1 == 0 {
