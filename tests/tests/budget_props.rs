@@ -154,6 +154,7 @@ fn policy() -> impl Strategy<Value = Policy> {
             mode,
             host_cost_per_byte,
             max_depth,
+            ..Policy::default()
         })
 }
 

@@ -120,6 +120,10 @@ struct Args {
     /// kernels are compiled (and fused matmuls autotuned) for every new sequence of ops.
     #[arg(long)]
     no_fusion: bool,
+    /// Under a budget, let a checkpoint scope's end leave its costly products on the device
+    /// for the budget to evict by score (`frugal::Policy::scope_keeps_products`).
+    #[arg(long)]
+    scopes_keep_products: bool,
     /// When Frugal runs its own CubeCL kernels (casts, compressed storage) instead of the inner
     /// backend's ops: auto (not for casts under fusion), always, never.
     #[arg(long, value_enum, default_value = "auto")]
@@ -621,6 +625,13 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
     let config = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
     let checkpoint_blocks = scoped(name);
     if budget.is_some() {
+        memory::set_policy(
+            &device,
+            frugal::Policy {
+                scope_keeps_products: args.scopes_keep_products,
+                ..frugal::Policy::default()
+            },
+        );
         // Before the model exists, so that its parameters are managed too.
         memory::set_budget(&device, budget);
     }

@@ -94,6 +94,7 @@ pub(crate) struct Budget {
     mode: AtomicU8,
     host_cost_bits: AtomicU64,
     max_depth: AtomicU32,
+    scope_keeps_products: AtomicBool,
     registry: Mutex<Vec<Weak<dyn CellDyn>>>,
     evictions: AtomicU64,
     evicted_bytes: AtomicU64,
@@ -132,6 +133,7 @@ impl Default for Budget {
             mode: AtomicU8::new(policy.mode as u8),
             host_cost_bits: AtomicU64::new(policy.host_cost_per_byte.to_bits()),
             max_depth: AtomicU32::new(policy.max_depth),
+            scope_keeps_products: AtomicBool::new(policy.scope_keeps_products),
             registry: Mutex::new(Vec::new()),
             evictions: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
@@ -186,6 +188,7 @@ impl Budget {
             },
             host_cost_per_byte: f64::from_bits(self.host_cost_bits.load(Relaxed)),
             max_depth: self.max_depth.load(Relaxed),
+            scope_keeps_products: self.scope_keeps_products.load(Relaxed),
         }
     }
 
@@ -194,6 +197,8 @@ impl Budget {
         self.host_cost_bits
             .store(policy.host_cost_per_byte.to_bits(), Relaxed);
         self.max_depth.store(policy.max_depth, Relaxed);
+        self.scope_keeps_products
+            .store(policy.scope_keeps_products, Relaxed);
     }
 
     /// The type f32 tensors are compressed to, if compression is on.
@@ -415,18 +420,26 @@ impl Budget {
     }
 
     /// Closes scope `id`: every tensor created inside it that the program still holds, is not
-    /// in `keep` (the scope's outputs) and can be recomputed is evicted.
+    /// in `keep` (the scope's outputs) and can be recomputed is evicted; under a budget whose
+    /// policy says so, products stay (see [`Policy::scope_keeps_products`]).
     pub(crate) fn close_scope(&self, (id, outer): (u64, u64), keep: &[usize]) {
         self.scope.store(outer, Relaxed);
         self.open_scopes.fetch_sub(1, Relaxed);
         self.update_managing();
+        let keep_products = self.limit().is_some() && self.scope_keeps_products.load(Relaxed);
         // Dropped tensors too: one still resident is kept for evicted tensors computed from
         // it (e.g. `qkv`, which the views `q`, `k`, `v` saved by autodiff share), and its
         // buffer goes only if it is evicted with them.
         for cell in self.cells() {
             let core = cell.core();
             let address = Arc::as_ptr(&cell) as *const () as usize;
-            if core.scope >= id && !keep.contains(&address) && cell.status() == Status::Resident {
+            if core.scope >= id
+                && !keep.contains(&address)
+                && !(keep_products
+                    && crate::policy::is_product(core.op.name())
+                    && core.cost >= crate::policy::KEEP_COST_PER_BYTE * core.bytes as f64)
+                && cell.status() == Status::Resident
+            {
                 cell.evict();
             }
         }

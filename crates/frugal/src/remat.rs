@@ -543,18 +543,47 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         Some(depth)
     }
 
+    /// A dropped tensor that evicted tensors still read (e.g. a saved activation the backward
+    /// pass restored, read by a gradient that was consumed and kept its recipe): evicted now if
+    /// it can keep its own recipe, rather than held on the device until they go. It stays
+    /// resident otherwise.
+    fn evict_dropped(&self) {
+        if self.core.pins.load(Relaxed) > 0 {
+            return;
+        }
+        let Ok(mut slot) = self.slot.try_lock() else {
+            return;
+        };
+        let State::Resident(..) = &slot.state else {
+            return;
+        };
+        let max_depth = self.core.ledger.budget.policy().max_depth;
+        let Some(depth) = self.keeps_recipe_when_dead(&slot, max_depth) else {
+            return;
+        };
+        slot.depth = depth;
+        slot.state = State::Evicted;
+        for input in &slot.recipe.as_ref().expect("checked").inputs {
+            input.add_dependent();
+        }
+        self.core.ledger.budget.count_eviction(self.core.bytes);
+    }
+
     /// Frees the data of a dead cell nobody evicted depends on; keeps its recipe if it can
     /// still be replayed, so live cells computed from it stay recomputable.
     fn settle(&self) {
         // A pinned cell is read by a restore chain still running; its last unpin settles it.
-        if !self.core.is_dead()
-            || self.core.dependents.load(Relaxed) > 0
-            || self.core.pins.load(Relaxed) > 0
-        {
+        if !self.core.is_dead() || self.core.pins.load(Relaxed) > 0 {
+            return;
+        }
+        if self.core.dependents.load(Relaxed) > 0 {
+            self.evict_dropped();
             return;
         }
         let mut slot = self.lock();
         if self.core.dependents.load(Relaxed) > 0 {
+            drop(slot);
+            self.evict_dropped();
             return;
         }
         match slot.state.status() {

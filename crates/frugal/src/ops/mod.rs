@@ -711,7 +711,13 @@ macro_rules! wrap_managed {
             (usable, inputs, [$($crate::ops::arg_bytes!($kind, $arg)),*])
         };
         let storage = std::sync::Arc::new($l.charge(&$o, $op));
-        let cost = $crate::policy::op_cost(stringify!($name), &sizes, storage.bytes);
+        let cost = $crate::policy::op_cost(
+            stringify!($name),
+            &sizes,
+            storage.bytes,
+            burn_backend::TensorMetadata::shape(&$o).last().copied().unwrap_or(1),
+            burn_backend::TensorMetadata::dtype(&$o).size(),
+        );
         #[allow(unreachable_code)]
         let recipe = usable.then(|| $crate::remat::Recipe {
             run: Box::new(move || {
