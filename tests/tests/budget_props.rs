@@ -767,6 +767,71 @@ fn consuming_the_last_handle_keeps_no_copy_of_the_input() {
 }
 
 #[test]
+fn a_dropped_tensor_an_evicted_one_reads_is_evicted_too() {
+    let _serial = lock();
+    let base = memory::live_bytes(&DEVICE);
+    memory::set_budget(&DEVICE, Some(base + 64 * BYTES));
+    let x = Tensor::<Managed, 2>::ones([SIDE, SIDE], &DEVICE);
+    let a = x.clone().exp();
+    let b = a.clone().sin();
+    // Consumes `b`'s last handle: `b` keeps its recipe (its input `a` is live), so `a` is now
+    // read by an evicted tensor.
+    let c = b.cos();
+    assert_eq!(memory::live_bytes(&DEVICE) - base, 3 * BYTES);
+    drop(a);
+    // `a` can itself be recomputed from `x`: evicted, not kept on the device for `b`.
+    assert_eq!(memory::live_bytes(&DEVICE) - base, 2 * BYTES);
+    // Room for `x` and one more: reading `c` back after its eviction recomputes `a`, `b`, `c`.
+    memory::set_budget(&DEVICE, Some(base + 2 * BYTES + BYTES / 2));
+    let d = x.clone().tanh();
+    assert!(memory::live_bytes(&DEVICE) - base <= 2 * BYTES + BYTES / 2);
+    let ones = Tensor::<Plain, 2>::ones([SIDE, SIDE], &DEVICE);
+    let expected = ones.clone().exp().sin().cos();
+    assert_eq!(bits(&c.into_data()), bits(&expected.into_data()));
+    assert_eq!(bits(&d.into_data()), bits(&ones.tanh().into_data()));
+    drop(x);
+    memory::set_budget(&DEVICE, None);
+    assert_eq!(memory::live_bytes(&DEVICE), base);
+}
+
+#[test]
+fn under_a_budget_a_scope_can_leave_its_costly_products() {
+    let _serial = lock();
+    let base = memory::live_bytes(&DEVICE);
+    let product = 16 * 16 * 4;
+    let run = |keep: bool| {
+        memory::set_policy(
+            &DEVICE,
+            Policy {
+                scope_keeps_products: keep,
+                ..Policy::default()
+            },
+        );
+        memory::set_budget(&DEVICE, Some(base + 64 * BYTES));
+        let x = Tensor::<Trained, 2>::from_data(host_values([16, 512], 3), &DEVICE).require_grad();
+        let w = Tensor::<Trained, 2>::from_data(host_values([512, 16], 4), &DEVICE).require_grad();
+        // `h`, a product contracting 512 values per output, is saved by autodiff for the
+        // product's backward pass.
+        let y = frugal::checkpoint(&DEVICE, || {
+            let h = x.clone().matmul(w.clone());
+            (h.clone() * h).sum()
+        });
+        let live = memory::live_bytes(&DEVICE) - base;
+        let grads = y.backward();
+        let grad = bits(&x.grad(&grads).expect("x requires grad").into_data());
+        drop((x, w, grads));
+        memory::set_budget(&DEVICE, None);
+        memory::set_policy(&DEVICE, Policy::default());
+        assert_eq!(memory::live_bytes(&DEVICE), base);
+        (live, grad)
+    };
+    let (live_evicted, grad_evicted) = run(false);
+    let (live_kept, grad_kept) = run(true);
+    assert_eq!(live_kept, live_evicted + product);
+    assert_eq!(grad_kept, grad_evicted);
+}
+
+#[test]
 fn evicted_inputs_consumed_by_ops_read_back_exactly() {
     let _serial = lock();
     let base = memory::live_bytes(&DEVICE);

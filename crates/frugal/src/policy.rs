@@ -194,3 +194,34 @@ impl Candidate {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_product_costs_its_multiply_adds() {
+        // linear: x [4096, 768] · W [768, 3072] + b -> [4096, 3072], f32.
+        let (x, w, b, out) = (4096 * 768 * 4, 768 * 3072 * 4, 3072 * 4, 4096 * 3072 * 4);
+        let traffic = (x + w + b + out) as f64;
+        let macs = 4096.0 * 768.0 * 3072.0;
+        let cost = op_cost("linear", &[x, w, b], out, 3072, 4);
+        assert_eq!(cost, traffic + macs / MACS_PER_BYTE);
+        assert!(cost >= KEEP_COST_PER_BYTE * out as f64);
+        // Batched q·kᵀ: [96, 512, 64] · [96, 64, 512] -> [96, 512, 512].
+        let (q, k, scores) = (96 * 512 * 64 * 4, 96 * 64 * 512 * 4, 96 * 512 * 512 * 4);
+        let cost = op_cost("float_matmul", &[q, k], scores, 512, 4);
+        let macs = 96.0 * 512.0 * 64.0 * 512.0;
+        assert_eq!(cost, (q + k + scores) as f64 + macs / MACS_PER_BYTE);
+        assert!(cost < KEEP_COST_PER_BYTE * scores as f64);
+        // linear_x_backward(x, W, grad_out) -> grad_x [4096, 768]: grad_out's elements × 768.
+        let cost = op_cost("linear_x_backward", &[x, w, out], x, 768, 4);
+        assert_eq!(cost, (x + w + out + x) as f64 + macs_of(out / 4, 768));
+        // Elementwise ops cost their traffic.
+        assert_eq!(op_cost("float_exp", &[out], out, 3072, 4), 2.0 * out as f64);
+    }
+
+    fn macs_of(elements: u64, columns: u64) -> f64 {
+        (elements * columns) as f64 / MACS_PER_BYTE
+    }
+}
