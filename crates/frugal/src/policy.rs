@@ -85,9 +85,9 @@ impl Default for Policy {
 /// bytes per element, then read 2 and write 4: 12 bytes per 4-byte element.
 pub const COMPRESS_COST_PER_BYTE: f64 = 3.0;
 
-/// Whether `op` is a product (matrix product, linear layer, convolution, attention): many multiply-adds per
-/// byte, and a result written into a fresh buffer of standard layout whatever its inputs'
-/// layouts.
+/// Whether `op` is a product (matrix product, linear layer, convolution, attention): many
+/// multiply-adds per byte, and a result written into a fresh buffer of standard layout
+/// whatever its inputs' layouts.
 pub(crate) fn is_product(op: &str) -> bool {
     // `linear` (and its backward ops) is Burn's fused x·Wᵀ + b: a matrix product too.
     op.contains("matmul")
