@@ -795,6 +795,47 @@ fn a_dropped_tensor_an_evicted_one_reads_is_evicted_too() {
 }
 
 #[test]
+fn a_tensor_computed_outside_a_scope_from_its_tensors_holds_none_of_them() {
+    let _serial = lock();
+    let base = memory::live_bytes(&DEVICE);
+    memory::set_budget(&DEVICE, Some(base + 64 * BYTES));
+    let x = Tensor::<Managed, 2>::ones([SIDE, SIDE], &DEVICE);
+    // As autodiff does, the program holds tensors of the block for the backward pass.
+    let mut saved = Vec::new();
+    let out = frugal::checkpoint(&DEVICE, || {
+        let e = x.clone().exp();
+        saved.push(e.clone().sin());
+        saved.push(e.clone());
+        e.cos()
+    });
+    assert_eq!(memory::live_bytes(&DEVICE) - base, 2 * BYTES);
+    let (e, d) = (saved.pop().unwrap(), saved.pop().unwrap());
+    // The "backward pass": a gradient read from `d` (restoring `e` and `d`), held to the end
+    // as a weight's gradient is; then `d` goes, and an op consumes `e`.
+    let g = d.clone().mul_scalar(3.0);
+    drop(d);
+    let r = e.tanh();
+    // `x`, `out`, `g` and `r`. Were `g` recomputable from `d`, `d` would keep its recipe and
+    // `e` would have stayed on the device for it.
+    assert_eq!(memory::live_bytes(&DEVICE) - base, 4 * BYTES);
+    let ones = Tensor::<Plain, 2>::ones([SIDE, SIDE], &DEVICE);
+    let expected = [
+        bits(&ones.clone().exp().sin().mul_scalar(3.0).into_data()),
+        bits(&ones.clone().exp().tanh().into_data()),
+        bits(&ones.exp().cos().into_data()),
+    ];
+    let read = [
+        bits(&g.into_data()),
+        bits(&r.into_data()),
+        bits(&out.into_data()),
+    ];
+    assert_eq!(read, expected);
+    drop(x);
+    memory::set_budget(&DEVICE, None);
+    assert_eq!(memory::live_bytes(&DEVICE), base);
+}
+
+#[test]
 fn under_a_budget_a_scope_can_leave_its_costly_products() {
     let _serial = lock();
     let base = memory::live_bytes(&DEVICE);

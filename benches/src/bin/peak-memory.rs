@@ -60,7 +60,8 @@ struct Args {
     /// Comma-separated configurations: plain (Autodiff<B>); frugal (Autodiff<Frugal<B>>,
     /// watching only); frugal-scopes (frugal, each block in a checkpoint scope);
     /// budget-1/2, budget-1/3, budget-1/4 (frugal under a budget of that fraction of frugal's
-    /// peak, which is run first as the reference); budget-1/3-scopes (both); burn-balanced
+    /// peak, which is run first as the reference); budget-1/2-scopes, budget-1/3-scopes,
+    /// budget-1/4-scopes (both); burn-balanced
     /// (Burn's own Autodiff<B, BalancedCheckpointing>); bf16, bf16-scopes (frugal with bf16
     /// autocast); bf16-budget-1/3, bf16-store-budget-1/3 (autocast under the budget, the
     /// latter also storing evicted tensors in bf16); store-budget-1/3 (f32 with bf16 storage);
@@ -148,14 +149,16 @@ impl KernelsArg {
     }
 }
 
-const CONFIGS: [&str; 16] = [
+const CONFIGS: [&str; 18] = [
     "plain",
     "frugal",
     "frugal-scopes",
     "budget-1/2",
     "budget-1/3",
     "budget-1/4",
+    "budget-1/2-scopes",
     "budget-1/3-scopes",
+    "budget-1/4-scopes",
     "burn-balanced",
     "bf16",
     "bf16-scopes",
