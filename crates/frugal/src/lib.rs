@@ -22,25 +22,32 @@
 //! assert_eq!(frugal::memory::live_bytes(&device), before);
 //! ```
 
-mod backend;
-mod budget;
-pub mod kernels;
-mod ledger;
-pub mod memory;
+// The layers, bottom to top; a module imports only from layers below its own
+// (`tests/layers.rs` checks it; `docs/architecture.md` describes them).
+mod autocast; // 2: autocast's policy and per-device table
+mod backend; // 7: the backend type
+mod device; // 4: the per-device state
+mod engine; // 2: the eviction engine behind `Evictable`
+pub mod kernels; // 3: Frugal's kernels in place of the inner backend's ops
+mod ledger; // 1: counting and the timeline
+mod op; // 0: op ids, the op facts table, the cost model
 pub mod ops;
-mod policy;
-mod pool;
+mod remat; // 5: managed cells
+mod runtime; // 2: the CubeCL runtimes this build knows, pool figures
+mod scope; // 3: checkpoint scope state
+mod tensor; // 6: the tensor primitive
+mod units; // 0: byte sizes, tensor bytes, the 16-bit types // 8: every Backend op, forwarded
+// 9: the public API
+mod checkpoint;
+pub mod memory;
 pub mod precision;
-mod remat;
 mod report;
 mod scaler;
-mod scope;
-mod tensor;
 
 pub use backend::Frugal;
-pub use budget::{ParseBytesError, RematStats, parse_bytes};
-pub use policy::{Action, EvictionMode, Policy};
+pub use checkpoint::{ScopeOutput, checkpoint};
+pub use engine::{Action, EvictionMode, Policy, RematStats};
 pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
 pub use scaler::{GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep};
-pub use scope::{ScopeOutput, checkpoint};
 pub use tensor::FrugalTensor;
+pub use units::{ParseBytesError, parse_bytes};

@@ -12,32 +12,31 @@
 
 use burn_backend::DeviceOps;
 
-pub use crate::budget::{RematStats, parse_bytes};
-use crate::ledger::Ledger;
-pub use crate::policy::{EvictionMode, Policy};
-pub use crate::pool::{PoolUsage, pool_usage};
-pub use crate::report::{
-    Event, EventKind, Holder, MemoryReport, PeakHolders, Snapshot, format_bytes,
-};
+use crate::device::DeviceState;
+pub use crate::engine::{EvictionMode, Policy, RematStats};
+pub use crate::ledger::{Event, EventKind};
+pub use crate::report::{Holder, MemoryReport, PeakHolders, Snapshot};
+pub use crate::runtime::{PoolUsage, pool_usage};
+pub use crate::units::{format_bytes, parse_bytes};
 
 /// Bytes of live tensor storage on `device`.
 pub fn live_bytes<D: DeviceOps + 'static>(device: &D) -> u64 {
-    Ledger::of_device(device).live_bytes()
+    DeviceState::of_device(device).ledger.live_bytes()
 }
 
 /// Highest [`live_bytes`] since the process started or [`reset_peak`] was last called.
 pub fn peak_bytes<D: DeviceOps + 'static>(device: &D) -> u64 {
-    Ledger::of_device(device).peak_bytes()
+    DeviceState::of_device(device).ledger.bytes().peak()
 }
 
 /// Number of live buffers on `device` (views of one buffer count once).
 pub fn live_tensors<D: DeviceOps + 'static>(device: &D) -> u64 {
-    Ledger::of_device(device).live_tensors()
+    DeviceState::of_device(device).ledger.buffers().current()
 }
 
 /// Sets the peak to the current live bytes, to measure the peak of what follows.
 pub fn reset_peak<D: DeviceOps + 'static>(device: &D) {
-    Ledger::of_device(device).reset_peak()
+    DeviceState::of_device(device).ledger.reset_peak()
 }
 
 /// A summary of `device`: live and peak bytes, buffer counts, the biggest holders by op, and
@@ -45,14 +44,14 @@ pub fn reset_peak<D: DeviceOps + 'static>(device: &D) {
 ///
 /// The pool figures are read as they are: call `B::sync(device)` first for settled numbers.
 pub fn report<D: DeviceOps + 'static>(device: &D) -> MemoryReport {
-    MemoryReport::of(Ledger::of_device(device), pool_usage(device))
+    MemoryReport::of(DeviceState::of_device(device), pool_usage(device))
 }
 
 /// The report plus the recorded timeline (see [`record_timeline`]), exportable as JSON.
 pub fn snapshot<D: DeviceOps + 'static>(device: &D) -> Snapshot {
-    let ledger = Ledger::of_device(device);
-    let report = MemoryReport::of(ledger, pool_usage(device));
-    ledger.with_timeline(|timeline| Snapshot {
+    let state = DeviceState::of_device(device);
+    let report = MemoryReport::of(state, pool_usage(device));
+    state.ledger.with_timeline(|timeline| Snapshot {
         report,
         events: timeline.events.iter().cloned().collect(),
         dropped_events: timeline.dropped,
@@ -63,13 +62,13 @@ pub fn snapshot<D: DeviceOps + 'static>(device: &D) -> Snapshot {
 /// of them; `0` stops recording. Clears earlier events. Recording costs a lock and a small
 /// allocation per event, so it is off until asked for.
 pub fn record_timeline<D: DeviceOps + 'static>(device: &D, capacity: usize) {
-    Ledger::of_device(device).set_timeline(capacity)
+    DeviceState::of_device(device).ledger.set_timeline(capacity)
 }
 
 /// Adds a labelled mark to the timeline of `device` (when recording), e.g. between the
 /// forward and backward passes, so plots can show the phases.
 pub fn mark<D: DeviceOps + 'static>(device: &D, label: &str) {
-    Ledger::of_device(device).mark(label)
+    DeviceState::of_device(device).ledger.mark(label)
 }
 
 /// Sets the memory budget of `device` in bytes (`None`: no budget), effective at once.
@@ -80,30 +79,28 @@ pub fn mark<D: DeviceOps + 'static>(device: &D, label: &str) {
 /// are not evicted. If an op's own inputs and output do not fit, the op panics with a message
 /// naming the budget, the bytes it needed and the biggest holders.
 pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
-    let ledger = Ledger::of_device(device);
-    ledger.budget.set_limit(bytes);
-    ledger.budget.enforce(ledger, None, 0);
+    DeviceState::of_device(device).set_budget(bytes);
 }
 
 /// The memory budget of `device`, if one is set.
 pub fn budget<D: DeviceOps + 'static>(device: &D) -> Option<u64> {
-    Ledger::of_device(device).budget.limit()
+    DeviceState::of_device(device).budget.limit()
 }
 
 /// Sets how `device`'s budget chooses what to evict and how.
 pub fn set_policy<D: DeviceOps + 'static>(device: &D, policy: Policy) {
-    Ledger::of_device(device).budget.set_policy(policy)
+    DeviceState::of_device(device).budget.set_policy(policy)
 }
 
 /// The eviction policy of `device`.
 pub fn policy<D: DeviceOps + 'static>(device: &D) -> Policy {
-    Ledger::of_device(device).budget.policy()
+    DeviceState::of_device(device).budget.policy()
 }
 
 /// What the budget and checkpoint scopes have evicted, recomputed, offloaded and restored on
 /// `device` since the process started.
 pub fn remat_stats<D: DeviceOps + 'static>(device: &D) -> RematStats {
-    Ledger::of_device(device).budget.stats()
+    DeviceState::of_device(device).budget.stats()
 }
 
 /// Lets the budget keep f32 tensors on `device` compressed to `dtype` (`LowPrecision::BF16` or
@@ -118,11 +115,10 @@ pub fn set_storage_precision<B: burn_backend::Backend>(
 where
     B::Device: DeviceOps + 'static,
 {
-    let dtype = dtype.map(|d| d.dtype());
     if let Some(dtype) = dtype {
-        crate::precision::check_supported::<B>(device, dtype)?;
+        crate::precision::check_supported::<B>(device, dtype.dtype())?;
     }
-    Ledger::of_device(device).budget.set_storage_dtype(dtype);
+    DeviceState::of_device(device).budget.set_storage(dtype);
     Ok(())
 }
 
@@ -130,8 +126,5 @@ where
 pub fn storage_precision<D: DeviceOps + 'static>(
     device: &D,
 ) -> Option<crate::precision::LowPrecision> {
-    match Ledger::of_device(device).budget.storage_dtype()? {
-        burn_backend::DType::F16 => Some(crate::precision::LowPrecision::F16),
-        _ => Some(crate::precision::LowPrecision::BF16),
-    }
+    DeviceState::of_device(device).budget.storage()
 }

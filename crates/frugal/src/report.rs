@@ -6,43 +6,11 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::budget::RematStats;
-use crate::ledger::Ledger;
-use crate::pool::PoolUsage;
-
-/// What happened in one timeline event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    /// A new buffer was charged.
-    Alloc,
-    /// The last tensor pointing into a buffer was dropped.
-    Free,
-    /// A label set with [`crate::memory::mark`] (e.g. "backward").
-    Mark,
-}
-
-/// One timeline event.
-#[derive(Clone, Debug, Serialize)]
-pub struct Event {
-    /// Position of the event in the device's timeline since recording started.
-    pub seq: u64,
-    /// Alloc, free or mark.
-    pub kind: EventKind,
-    /// The Backend method that produced the buffer (the label, for a mark).
-    pub op: String,
-    /// Bytes of the buffer (0 for a mark).
-    pub bytes: u64,
-    /// Shape at allocation (empty for frees and marks).
-    pub shape: Vec<usize>,
-    /// Data type at allocation (empty for frees and marks).
-    pub dtype: String,
-    /// The allocation's number on the device (the n-th buffer charged since the process
-    /// started): on an alloc, its own; on a free, the one it releases; 0 on a mark.
-    pub alloc_seq: u64,
-    /// Live bytes on the device right after the event.
-    pub live_bytes: u64,
-}
+use crate::device::DeviceState;
+use crate::engine::RematStats;
+use crate::ledger::{Event, EventKind};
+use crate::runtime::PoolUsage;
+use crate::units::format_bytes;
 
 /// Live bytes held by the outputs of one Backend method.
 #[derive(Clone, Debug, Serialize)]
@@ -83,15 +51,16 @@ pub struct MemoryReport {
 }
 
 impl MemoryReport {
-    pub(crate) fn of(ledger: &Ledger, pool: Option<PoolUsage>) -> Self {
+    pub(crate) fn of(state: &DeviceState, pool: Option<PoolUsage>) -> Self {
+        let ledger = &state.ledger;
         Self {
             device: ledger.label.clone(),
-            live_bytes: ledger.live_bytes(),
-            peak_bytes: ledger.peak_bytes(),
-            live_tensors: ledger.live_tensors(),
-            peak_tensors: ledger.peak_tensors(),
-            total_allocs: ledger.total_allocs(),
-            total_alloc_bytes: ledger.total_alloc_bytes(),
+            live_bytes: ledger.bytes().current(),
+            peak_bytes: ledger.bytes().peak(),
+            live_tensors: ledger.buffers().current(),
+            peak_tensors: ledger.buffers().peak(),
+            total_allocs: ledger.buffers().total(),
+            total_alloc_bytes: ledger.bytes().total(),
             holders: ledger
                 .holders()
                 .into_iter()
@@ -102,25 +71,9 @@ impl MemoryReport {
                 })
                 .collect(),
             pool,
-            budget: ledger.budget.limit(),
-            remat: ledger.budget.stats(),
+            budget: state.budget.limit(),
+            remat: state.budget.stats(),
         }
-    }
-}
-
-/// Formats bytes with binary units, e.g. `1.50 GiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.2} {}", UNITS[unit])
     }
 }
 

@@ -10,11 +10,10 @@ use burn_backend::Slice;
 use burn_backend::TensorData;
 use burn_backend::ops::BoolTensorOps;
 
-use crate::Frugal;
+use super::forward_ops;
+use crate::backend::Frugal;
 
-crate::ops::forward_ops! {
-    impl BoolTensorOps, base crate::ops::BOOL_BASE;
-    manual [bool_device, bool_into_data, bool_argwhere, bool_to_device] {
+crate::op::catalog::bool::bool_methods!(forward_ops! {{
         crate::ops::into_data!(bool_into_data, BoolTensor);
         crate::ops::device_of!(bool_device, BoolTensor);
         crate::ops::to_device!(bool_to_device, BoolTensor, BoolKind);
@@ -23,49 +22,12 @@ crate::ops::forward_ops! {
             tensor: burn_backend::tensor::BoolTensor<Self>,
             out_dtype: IntDType,
         ) -> impl core::future::Future<Output = burn_backend::tensor::IntTensor<Self>> + 'static + Send {
-            let ledger = tensor.ledger();
+            let state = tensor.state();
             let id = op(Op::bool_argwhere);
-            ledger.count_call(id);
+            state.count_call(id);
             let indices = B::bool_argwhere(tensor.into_inner(), out_dtype);
             async move {
-                crate::tensor::FrugalTensor::track::<B, crate::remat::IntKind>(indices.await, ledger, id)
+                crate::tensor::FrugalTensor::track::<B, crate::remat::IntKind>(indices.await, state, id)
             }
         }
-    }
-    fn bool_empty(shape: [Shape], device: D, dtype: [BoolDType]) -> Bo;
-    fn bool_zeros(shape: [Shape], device: D, dtype: [BoolDType]) -> Bo;
-    fn bool_ones(shape: [Shape], device: D, dtype: [BoolDType]) -> Bo;
-    fn bool_from_data(data: [TensorData], device: D) -> Bo;
-    fn bool_into_int(tensor: Bo, out_dtype: [IntDType]) -> I;
-    fn bool_into_float(tensor: Bo, out_dtype: [FloatDType]) -> F;
-    fn bool_slice_assign(tensor: Bo, slices: [&[Slice]], value: Bo) -> Bo;
-    fn bool_mask_where(tensor: Bo, mask: Bo, value: Bo) -> Bo;
-    fn bool_mask_fill(tensor: Bo, mask: Bo, value: [Scalar]) -> Bo;
-    fn bool_gather(dim: [usize], tensor: Bo, indices: I) -> Bo;
-    fn bool_scatter_or(dim: [usize], tensor: Bo, indices: I, value: Bo) -> Bo;
-    fn bool_select(tensor: Bo, dim: [usize], indices: I) -> Bo;
-    fn bool_select_or(tensor: Bo, dim: [usize], indices: I, value: Bo) -> Bo;
-    fn bool_repeat_dim(tensor: Bo, dim: [usize], times: [usize]) -> Bo;
-    fn bool_cat(tensors: VBo, dim: [usize]) -> Bo;
-    fn bool_equal(lhs: Bo, rhs: Bo) -> Bo;
-    fn bool_not_equal(lhs: Bo, rhs: Bo) -> Bo;
-    fn bool_equal_elem(lhs: Bo, rhs: [Scalar]) -> Bo;
-    fn bool_not_equal_elem(lhs: Bo, rhs: [Scalar]) -> Bo;
-    fn bool_not(tensor: Bo) -> Bo;
-    fn bool_and(lhs: Bo, rhs: Bo) -> Bo;
-    fn bool_or(lhs: Bo, rhs: Bo) -> Bo;
-    fn bool_xor(lhs: Bo, rhs: Bo) -> Bo;
-    fn bool_flip(tensor: Bo, axes: [&[usize]]) -> Bo;
-    fn bool_any(tensor: Bo) -> Bo;
-    fn bool_any_dim(tensor: Bo, dim: [usize]) -> Bo;
-    fn bool_all(tensor: Bo) -> Bo;
-    fn bool_all_dim(tensor: Bo, dim: [usize]) -> Bo;
-    fn bool_unfold(tensor: Bo, dim: [usize], size: [usize], step: [usize]) -> Bo;
-    views:
-    fn bool_reshape(tensor: Bo, shape: [Shape]) -> Bo;
-    fn bool_slice(tensor: Bo, slices: [&[Slice]]) -> Bo;
-    fn bool_transpose(tensor: Bo) -> Bo;
-    fn bool_swap_dims(tensor: Bo, dim1: [usize], dim2: [usize]) -> Bo;
-    fn bool_permute(tensor: Bo, axes: [&[usize]]) -> Bo;
-    fn bool_expand(tensor: Bo, shape: [Shape]) -> Bo;
-}
+}});

@@ -18,119 +18,31 @@
 //! instead of being charged again, so a buffer is never counted twice.
 
 mod activation;
+mod backend;
 mod bool;
-pub(crate) mod float;
+pub(crate) mod convert;
+mod float;
 mod int;
 mod module;
 mod qtensor;
 mod transaction;
 
-/// Index of a forwarded Backend method, global across op families.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct OpId(u16);
-
-impl OpId {
-    pub(crate) const fn new(index: u16) -> Self {
-        Self(index)
-    }
-
-    pub(crate) fn from_index(index: usize) -> Self {
-        Self(index as u16)
-    }
-
-    #[inline]
-    pub(crate) fn index(self) -> usize {
-        self.0 as usize
-    }
-
-    /// The Backend method's name, e.g. `float_matmul`.
-    pub(crate) fn name(self) -> &'static str {
-        let mut index = self.index();
-        for (_, names) in FAMILIES {
-            if index < names.len() {
-                return names[index];
-            }
-            index -= names.len();
-        }
-        "unknown"
-    }
-
-    /// The Burn trait the method belongs to.
-    pub(crate) fn family(self) -> &'static str {
-        let mut index = self.index();
-        for (family, names) in FAMILIES {
-            if index < names.len() {
-                return family;
-            }
-            index -= names.len();
-        }
-        "unknown"
-    }
-}
-
-/// The op families in id order, each with its Burn trait name and method names.
-pub(crate) const FAMILIES: [(&str, &[&str]); 8] = [
-    ("Backend", crate::backend::NAMES),
-    ("FloatTensorOps", float::NAMES),
-    ("IntTensorOps", int::NAMES),
-    ("BoolTensorOps", bool::NAMES),
-    ("QTensorOps", qtensor::NAMES),
-    ("ModuleOps", module::NAMES),
-    ("ActivationOps", activation::NAMES),
-    ("TransactionOps", transaction::NAMES),
-];
-
-pub(crate) const BACKEND_BASE: u16 = 0;
-pub(crate) const FLOAT_BASE: u16 = BACKEND_BASE + crate::backend::NAMES.len() as u16;
-pub(crate) const INT_BASE: u16 = FLOAT_BASE + float::NAMES.len() as u16;
-pub(crate) const BOOL_BASE: u16 = INT_BASE + int::NAMES.len() as u16;
-pub(crate) const Q_BASE: u16 = BOOL_BASE + bool::NAMES.len() as u16;
-pub(crate) const MODULE_BASE: u16 = Q_BASE + qtensor::NAMES.len() as u16;
-pub(crate) const ACTIVATION_BASE: u16 = MODULE_BASE + module::NAMES.len() as u16;
-pub(crate) const TRANSACTION_BASE: u16 = ACTIVATION_BASE + activation::NAMES.len() as u16;
-
-/// Number of forwarded methods in all families.
-pub(crate) const OP_COUNT: usize = TRANSACTION_BASE as usize + transaction::NAMES.len();
-
-/// Every forwarded Backend method as `(trait, method)`, in id order.
-pub fn forwarded_methods() -> Vec<(&'static str, &'static str)> {
-    FAMILIES
-        .iter()
-        .flat_map(|(family, names)| names.iter().map(move |name| (*family, *name)))
-        .collect()
-}
+use crate::device::DeviceState;
+use crate::op::OP_COUNT;
+pub use crate::op::forwarded_methods;
 
 /// How many times each forwarded method has been called in this process, on any device.
 pub fn call_counts() -> Vec<(&'static str, &'static str, u64)> {
-    let ledgers = crate::ledger::Ledger::all();
+    let states = DeviceState::all();
     (0..OP_COUNT)
         .map(|i| {
-            let op = OpId::from_index(i);
-            let calls = ledgers.iter().map(|l| l.calls(op)).sum::<u64>()
-                + crate::ledger::Ledger::unattributed().calls(op);
+            let op = crate::op::OpId::from_index(i);
+            let calls = states.iter().map(|s| s.ledger.calls(op)).sum::<u64>()
+                + DeviceState::unattributed().ledger.calls(op);
             (op.family(), op.name(), calls)
         })
         .collect()
 }
-
-/// Declares an op family's method ids: an enum with one variant per method, their names, and
-/// `op()` mapping a variant to its global [`OpId`].
-macro_rules! op_family {
-    ($base:expr; $($name:ident),* $(,)?) => {
-        #[allow(non_camel_case_types, dead_code, clippy::enum_variant_names)]
-        #[derive(Clone, Copy)]
-        #[repr(u16)]
-        pub(crate) enum Op { $($name,)* }
-
-        pub(crate) const NAMES: &[&str] = &[$(stringify!($name),)*];
-
-        #[inline]
-        pub(crate) const fn op(op: Op) -> $crate::ops::OpId {
-            $crate::ops::OpId::new($base + op as u16)
-        }
-    };
-}
-pub(crate) use op_family;
 
 /// The Frugal-side type of a signature kind (see the module docs).
 macro_rules! frugal_ty {
@@ -203,10 +115,10 @@ macro_rules! split_arg {
         $crate::tensor::split_opt($a)
     };
     (TP, $a:ident) => {
-        $crate::tensor::split_primitive::<B>($a)
+        $crate::ops::convert::split_primitive::<B>($a)
     };
     (QP, $a:ident) => {
-        $crate::tensor::split_qparams::<B>($a)
+        $crate::ops::convert::split_qparams::<B>($a)
     };
     ($other:tt, $a:ident) => {
         ($a, ())
@@ -280,11 +192,11 @@ macro_rules! managed_arg {
         $crate::tensor::split_opt_source($a)
     };
     (TP, $a:ident) => {{
-        let (inner, keep) = $crate::tensor::split_primitive::<B>($a);
+        let (inner, keep) = $crate::ops::convert::split_primitive::<B>($a);
         (inner, keep, $crate::ops::NoReplay)
     }};
     (QP, $a:ident) => {{
-        let (inner, keep) = $crate::tensor::split_qparams::<B>($a);
+        let (inner, keep) = $crate::ops::convert::split_qparams::<B>($a);
         (inner, keep, $crate::ops::NoReplay)
     }};
     (D, $a:ident) => {
@@ -557,14 +469,14 @@ pub(crate) use note_dtype;
 /// A float argument cast to autocast's input type (other arguments unchanged).
 macro_rules! cast_arg {
     (F, $a:ident, $d:expr) => {
-        $crate::precision::cast_to::<B>($a, $d)
+        $crate::ops::convert::cast_to::<B>($a, $d)
     };
     (OF, $a:ident, $d:expr) => {
-        $a.map(|t| $crate::precision::cast_to::<B>(t, $d))
+        $a.map(|t| $crate::ops::convert::cast_to::<B>(t, $d))
     };
     (VF, $a:ident, $d:expr) => {
         $a.into_iter()
-            .map(|t| $crate::precision::cast_to::<B>(t, $d))
+            .map(|t| $crate::ops::convert::cast_to::<B>(t, $d))
             .collect::<Vec<_>>()
     };
     ($other:tt, $a:ident, $d:expr) => {
@@ -577,7 +489,7 @@ pub(crate) use cast_arg;
 macro_rules! cast_out {
     (F, $o:ident, $d:expr) => {
         match $d {
-            Some(dtype) => $crate::precision::cast_to::<B>($o, dtype),
+            Some(dtype) => $crate::ops::convert::cast_to::<B>($o, dtype),
             None => $o,
         }
     };
@@ -589,27 +501,6 @@ pub(crate) use cast_out;
 
 /// What a recipe keeps for an argument that makes the op impossible to replay.
 pub(crate) struct NoReplay;
-
-/// Ops whose result differs from one call to the next (random draws, uninitialised buffers)
-/// or that upload host data: never recomputed, only kept or offloaded.
-pub(crate) const fn replayable(name: &str) -> bool {
-    const fn ends_with(name: &[u8], suffix: &[u8]) -> bool {
-        if name.len() < suffix.len() {
-            return false;
-        }
-        let start = name.len() - suffix.len();
-        let mut i = 0;
-        while i < suffix.len() {
-            if name[start + i] != suffix[i] {
-                return false;
-            }
-            i += 1;
-        }
-        true
-    }
-    let name = name.as_bytes();
-    !(ends_with(name, b"_random") || ends_with(name, b"_empty") || ends_with(name, b"_from_data"))
-}
 
 /// The cell kind of a single-tensor output.
 macro_rules! kind_of {
@@ -628,26 +519,26 @@ macro_rules! kind_of {
 }
 pub(crate) use kind_of;
 
-/// The ledger an op's outputs are charged to: its first tensor's, else its device's.
-macro_rules! ledger_of {
-    () => { $crate::ledger::Ledger::unattributed() };
-    (F $a:ident $($rest:tt)*) => { $a.ledger() };
-    (I $a:ident $($rest:tt)*) => { $a.ledger() };
-    (Bo $a:ident $($rest:tt)*) => { $a.ledger() };
-    (Q $a:ident $($rest:tt)*) => { $a.ledger() };
-    (RF $a:ident $($rest:tt)*) => { $a.ledger() };
-    (RI $a:ident $($rest:tt)*) => { $a.ledger() };
-    (RBo $a:ident $($rest:tt)*) => { $a.ledger() };
-    (RQ $a:ident $($rest:tt)*) => { $a.ledger() };
-    (VF $a:ident $($rest:tt)*) => { match $a.first() { Some(t) => t.ledger(), None => $crate::ops::ledger_of!($($rest)*) } };
-    (VI $a:ident $($rest:tt)*) => { $crate::ops::ledger_of!(VF $a $($rest)*) };
-    (VBo $a:ident $($rest:tt)*) => { $crate::ops::ledger_of!(VF $a $($rest)*) };
-    (VQ $a:ident $($rest:tt)*) => { $crate::ops::ledger_of!(VF $a $($rest)*) };
-    (TP $a:ident $($rest:tt)*) => { $crate::tensor::primitive_ledger::<B>(&$a) };
-    (D $a:ident $($rest:tt)*) => { $crate::ledger::Ledger::of_device($a) };
-    ($other:tt $a:ident $($rest:tt)*) => { $crate::ops::ledger_of!($($rest)*) };
+/// The device state an op's outputs are charged to: its first tensor's, else its device's.
+macro_rules! state_of {
+    () => { $crate::device::DeviceState::unattributed() };
+    (F $a:ident $($rest:tt)*) => { $a.state() };
+    (I $a:ident $($rest:tt)*) => { $a.state() };
+    (Bo $a:ident $($rest:tt)*) => { $a.state() };
+    (Q $a:ident $($rest:tt)*) => { $a.state() };
+    (RF $a:ident $($rest:tt)*) => { $a.state() };
+    (RI $a:ident $($rest:tt)*) => { $a.state() };
+    (RBo $a:ident $($rest:tt)*) => { $a.state() };
+    (RQ $a:ident $($rest:tt)*) => { $a.state() };
+    (VF $a:ident $($rest:tt)*) => { match $a.first() { Some(t) => t.state(), None => $crate::ops::state_of!($($rest)*) } };
+    (VI $a:ident $($rest:tt)*) => { $crate::ops::state_of!(VF $a $($rest)*) };
+    (VBo $a:ident $($rest:tt)*) => { $crate::ops::state_of!(VF $a $($rest)*) };
+    (VQ $a:ident $($rest:tt)*) => { $crate::ops::state_of!(VF $a $($rest)*) };
+    (TP $a:ident $($rest:tt)*) => { $crate::ops::convert::primitive_state::<B>(&$a) };
+    (D $a:ident $($rest:tt)*) => { $crate::device::DeviceState::of_device($a) };
+    ($other:tt $a:ident $($rest:tt)*) => { $crate::ops::state_of!($($rest)*) };
 }
-pub(crate) use ledger_of;
+pub(crate) use state_of;
 
 /// Wraps an inner backend's output, charging new tensors to `$ledger` under `$op`.
 macro_rules! wrap_out {
@@ -664,22 +555,22 @@ macro_rules! wrap_out {
         $crate::tensor::FrugalTensor::track::<B, $crate::remat::QuantKind>($o, $l, $op)
     };
     (TP, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::track_primitive::<B>($o, $l, $op)
+        $crate::ops::convert::track_primitive::<B>($o, $l, $op)
     };
     (MaxPool1dWithIndices, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::track_max_pool1d::<B>($o, $l, $op)
+        $crate::ops::convert::track_max_pool1d::<B>($o, $l, $op)
     };
     (MaxPool2dWithIndices, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::track_max_pool2d::<B>($o, $l, $op)
+        $crate::ops::convert::track_max_pool2d::<B>($o, $l, $op)
     };
     (MaxPool1dBackward, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::track_max_pool1d_backward::<B>($o, $l, $op)
+        $crate::ops::convert::track_max_pool1d_backward::<B>($o, $l, $op)
     };
     (MaxPool2dBackward, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::track_max_pool2d_backward::<B>($o, $l, $op)
+        $crate::ops::convert::track_max_pool2d_backward::<B>($o, $l, $op)
     };
     (DeformConv2dBackward, $o:ident, $l:ident, $op:ident) => {
-        $crate::tensor::track_deform_conv2d_backward::<B>($o, $l, $op)
+        $crate::ops::convert::track_deform_conv2d_backward::<B>($o, $l, $op)
     };
     (($a:tt, $b:tt), $o:ident, $l:ident, $op:ident) => {{
         let (first, second) = $o;
@@ -701,7 +592,7 @@ macro_rules! wrap_managed {
         let (usable, inputs, sizes) = {
             #[allow(unused_variables)]
             let ($($arg,)*) = &$caps;
-            let usable = $crate::ops::replayable(stringify!($name))
+            let usable = $op.facts().replayable
                 $(&& $crate::ops::usable!($kind, $arg))*;
             #[allow(unused_mut)]
             let mut inputs = Vec::new();
@@ -711,8 +602,8 @@ macro_rules! wrap_managed {
             (usable, inputs, [$($crate::ops::arg_bytes!($kind, $arg)),*])
         };
         let storage = std::sync::Arc::new($l.charge(&$o, $op));
-        let cost = $crate::policy::op_cost(
-            stringify!($name),
+        let cost = $crate::op::cost::op_cost(
+            $op,
             &sizes,
             storage.bytes,
             burn_backend::TensorMetadata::shape(&$o).last().copied().unwrap_or(1),
@@ -763,41 +654,43 @@ pub(crate) use inner_fn;
 /// device's budget.
 macro_rules! forward_ops {
     (
-        impl $trait:ident, base $base:expr;
-        manual [$($manual:ident),* $(,)?] { $($manual_items:tt)* }
+        { $($manual_items:tt)* }
+        family $trait:ident, module $module:ident, base $base:ident;
+        manual [$($manual:ident),* $(,)?];
         $(fn $name:ident($($arg:ident : $kind:tt),* $(,)?) -> $ret:tt $(via $via:ident)?;)*
         views:
         $(fn $vname:ident($vt:ident : $vk:tt $(, $varg:ident : $vkind:tt)* $(,)?) -> $vret:tt;)*
     ) => {
-        $crate::ops::op_family!($base; $($manual,)* $($name,)* $($vname,)*);
+        #[allow(unused_imports)]
+        use $crate::op::families::$module::{Op, op};
 
         impl<B: Backend> $trait<Frugal<B>> for Frugal<B> {
             $(
                 #[inline]
                 #[allow(dropping_copy_types)]
                 fn $name($($arg: $crate::ops::frugal_ty!($kind)),*) -> $crate::ops::frugal_ty!($ret) {
-                    let ledger = $crate::ops::ledger_of!($($kind $arg)*);
+                    let state = $crate::ops::state_of!($($kind $arg)*);
                     let id = op(Op::$name);
                     // Autocast: 0 (one byte load) unless the device has a policy.
-                    let precision = ledger.precision.code(id);
+                    let precision = state.autocast.code(id);
                     #[allow(unused_variables)]
                     if precision != 0 {
                         #[allow(unused_mut)]
-                        let mut dtypes = $crate::precision::DtypeSet::default();
+                        let mut dtypes = $crate::autocast::DtypeSet::default();
                         $($crate::ops::note_dtype!($kind, $arg, dtypes);)*
-                        if let Some(plan) = $crate::precision::plan(precision, dtypes) {
+                        if let Some(plan) = $crate::autocast::plan(precision, dtypes) {
                             $(let $arg = $crate::ops::cast_arg!($kind, $arg, plan.input);)*
                             let out = <Self as $trait<Self>>::$name($($arg),*);
                             return $crate::ops::cast_out!($ret, out, plan.output);
                         }
                     }
-                    ledger.count_call(id);
-                    if !ledger.budget.managing() {
+                    state.count_call(id);
+                    if !state.managing() {
                         $(let $arg = $crate::ops::split_arg!($kind, $arg);)*
                         let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
-                        return $crate::ops::wrap_out!($ret, out, ledger, id);
+                        return $crate::ops::wrap_out!($ret, out, state, id);
                     }
-                    let live_before = ledger.live_bytes();
+                    let live_before = state.ledger.live_bytes();
                     $(let $arg = $crate::ops::managed_arg!($kind, $arg);)*
                     let caps = ($($arg.2,)*);
                     let inputs_bytes: u64 = {
@@ -806,20 +699,20 @@ macro_rules! forward_ops {
                         0 $(+ $crate::ops::arg_bytes!($kind, $arg))*
                     };
                     let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
-                    let out = $crate::ops::wrap_managed!($ret, out, ledger, id, $name, caps, $($arg: $kind),*);
+                    let out = $crate::ops::wrap_managed!($ret, out, state, id, $name, caps, $($arg: $kind),*);
                     $(drop($arg.1);)*
-                    let output_bytes = ledger.live_bytes().saturating_sub(live_before);
-                    ledger.budget.enforce(ledger, Some(id), inputs_bytes + output_bytes);
+                    let output_bytes = state.ledger.live_bytes().saturating_sub(live_before);
+                    state.enforce(Some(id), inputs_bytes + output_bytes);
                     out
                 }
             )*
             $(
                 #[inline]
                 fn $vname($vt: $crate::ops::frugal_ty!($vk) $(, $varg: $crate::ops::frugal_ty!($vkind))*) -> $crate::ops::frugal_ty!($vret) {
-                    let ledger = $vt.ledger();
+                    let state = $vt.state();
                     let id = op(Op::$vname);
-                    ledger.count_call(id);
-                    if !ledger.budget.managing() {
+                    state.count_call(id);
+                    if !state.managing() {
                         let (inner, storage) = $vt.split_view();
                         return $crate::tensor::FrugalTensor::plain(B::$vname(inner $(, $varg)*), storage);
                     }
@@ -843,7 +736,7 @@ macro_rules! forward_ops {
                     });
                     let out = $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($vret)>(out, storage, recipe, 0.0);
                     // Reading an evicted input restored it.
-                    ledger.budget.enforce(ledger, Some(id), out.storage_bytes());
+                    state.enforce(Some(id), out.storage_bytes());
                     out
                 }
             )*
@@ -860,7 +753,7 @@ macro_rules! to_device {
             tensor: burn_backend::tensor::$ty<Self>,
             device: &burn_backend::tensor::Device<Self>,
         ) -> burn_backend::tensor::$ty<Self> {
-            let target = $crate::ledger::Ledger::of_device(device);
+            let target = $crate::device::DeviceState::of_device(device);
             let id = op(Op::$name);
             target.count_call(id);
             let (inner, keep) = tensor.split();
@@ -868,7 +761,7 @@ macro_rules! to_device {
             let out =
                 $crate::tensor::FrugalTensor::track::<B, $crate::remat::$kind>(out, target, id);
             drop(keep);
-            target.budget.enforce(target, Some(id), 0);
+            target.enforce(Some(id), 0);
             out
         }
     };
@@ -880,7 +773,7 @@ pub(crate) use to_device;
 macro_rules! device_of {
     ($name:ident, $ty:ident) => {
         fn $name(tensor: &burn_backend::tensor::$ty<Self>) -> burn_backend::tensor::Device<Self> {
-            tensor.ledger().count_call(op(Op::$name));
+            tensor.state().count_call(op(Op::$name));
             match tensor.managed_device::<burn_backend::tensor::Device<Self>>() {
                 Some(device) => device,
                 None => B::$name(&*tensor.prim_ref()),
@@ -898,11 +791,11 @@ macro_rules! into_data {
         ) -> impl core::future::Future<
             Output = Result<burn_backend::TensorData, burn_backend::ExecutionError>,
         > + Send {
-            let ledger = tensor.ledger();
-            ledger.count_call(op(Op::$name));
+            let state = tensor.state();
+            state.count_call(op(Op::$name));
             let inner = tensor.into_inner();
             // Reading an evicted tensor restored it.
-            ledger.budget.enforce(ledger, Some(op(Op::$name)), 0);
+            state.enforce(Some(op(Op::$name)), 0);
             B::$name(inner)
         }
     };

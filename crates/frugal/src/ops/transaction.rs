@@ -6,26 +6,25 @@ use burn_backend::ops::TransactionOps;
 use burn_backend::ExecutionError;
 use burn_backend::ops::{TransactionPrimitive, TransactionPrimitiveData};
 
-use crate::Frugal;
-use crate::ledger::Ledger;
+use super::forward_ops;
+use crate::backend::Frugal;
+use crate::device::DeviceState;
 use crate::tensor::FrugalTensor;
 
-crate::ops::forward_ops! {
-    impl TransactionOps, base crate::ops::TRANSACTION_BASE;
-    manual [tr_execute] {
+crate::op::catalog::transaction::transaction_methods!(forward_ops! {{
         fn tr_execute(
             transaction: TransactionPrimitive<Self>,
         ) -> impl core::future::Future<Output = Result<TransactionPrimitiveData, ExecutionError>> + Send
         {
-            let ledger = transaction
+            let state = transaction
                 .read_floats
                 .first()
-                .map(|t| t.ledger())
-                .or(transaction.read_qfloats.first().map(|t| t.ledger()))
-                .or(transaction.read_ints.first().map(|t| t.ledger()))
-                .or(transaction.read_bools.first().map(|t| t.ledger()))
-                .unwrap_or_else(Ledger::unattributed);
-            ledger.count_call(op(Op::tr_execute));
+                .map(|t| t.state())
+                .or(transaction.read_qfloats.first().map(|t| t.state()))
+                .or(transaction.read_ints.first().map(|t| t.state()))
+                .or(transaction.read_bools.first().map(|t| t.state()))
+                .unwrap_or_else(DeviceState::unattributed);
+            state.count_call(op(Op::tr_execute));
             fn inner<P: Clone>(tensors: Vec<FrugalTensor<P>>) -> Vec<P> {
                 tensors.into_iter().map(FrugalTensor::into_inner).collect()
             }
@@ -36,6 +35,4 @@ crate::ops::forward_ops! {
                 inner(transaction.read_bools),
             ))
         }
-    }
-    views:
-}
+}});

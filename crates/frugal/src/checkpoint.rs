@@ -1,32 +1,14 @@
 //! Checkpoint scopes, like `torch.utils.checkpoint`: tensors created inside a scope that are
 //! still held when it ends (typically by autodiff, for the backward pass) are evicted then, and
-//! recomputed from the scope's inputs when they are read.
-
-use std::cell::RefCell;
+//! recomputed from the scope's inputs when they are read. The mechanism is in `crate::scope`;
+//! this is its public face.
 
 use burn_backend::DeviceOps;
 use burn_tensor::{BasicOps, Tensor, TensorKind};
 
-use crate::ledger::Ledger;
+use crate::device::DeviceState;
+use crate::scope::{OpenScope, collect_reads, note_read};
 use crate::tensor::FrugalTensor;
-
-thread_local! {
-    /// While a scope closes: the cells its outputs point to, reported by Frugal's ops as the
-    /// outputs are visited (see [`ScopeOutput`] for `Tensor`).
-    static COLLECTING: RefCell<Option<Vec<usize>>> = const { RefCell::new(None) };
-}
-
-/// Notes a managed tensor read while a scope is collecting its outputs.
-#[inline]
-pub(crate) fn note_read(address: usize) {
-    COLLECTING.with(|c| {
-        if let Ok(mut c) = c.try_borrow_mut()
-            && let Some(keep) = c.as_mut()
-        {
-            keep.push(address);
-        }
-    });
-}
 
 /// What a checkpointed closure returns: its Frugal tensors are kept resident when the scope
 /// ends, since the code after the scope reads them next.
@@ -107,30 +89,26 @@ impl<T1: ScopeOutput, T2: ScopeOutput, T3: ScopeOutput> ScopeOutput for (T1, T2,
 /// assert!(frugal::memory::remat_stats(&device).recomputes >= 2);
 /// ```
 pub fn checkpoint<D: DeviceOps + 'static, R: ScopeOutput>(device: &D, f: impl FnOnce() -> R) -> R {
-    let budget = &Ledger::of_device(device).budget;
-    let scope = budget.open_scope();
+    let state = DeviceState::of_device(device);
+    let scope = state.open_scope();
     // Close the scope even if `f` panics, so the device does not stay managed by mistake.
-    struct Close<'a> {
-        budget: &'a crate::budget::Budget,
-        scope: (u64, u64),
+    struct Close {
+        state: &'static DeviceState,
+        scope: OpenScope,
         keep: Vec<usize>,
     }
-    impl Drop for Close<'_> {
+    impl Drop for Close {
         fn drop(&mut self) {
-            self.budget.close_scope(self.scope, &self.keep);
+            self.state.close_scope(self.scope, &self.keep);
         }
     }
     let mut close = Close {
-        budget,
+        state,
         scope,
         keep: Vec::new(),
     };
     let out = f();
-    COLLECTING.with(|c| *c.borrow_mut() = Some(Vec::new()));
-    out.visit();
-    close.keep = COLLECTING
-        .with(|c| c.borrow_mut().take())
-        .unwrap_or_default();
+    close.keep = collect_reads(|| out.visit());
     drop(close);
     out
 }

@@ -17,7 +17,7 @@
 //! score counts the bytes an action frees (half, for compression). The eviction mode restricts
 //! recomputation and offload only: compression is on whenever a storage type is set.
 
-use crate::remat::CellCore;
+use super::CellInfo;
 
 /// What to do with a tensor chosen for eviction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,8 +65,8 @@ pub struct Policy {
     /// contracting 512 or more features, not `q·kᵀ` over 64) on the device, for the budget to
     /// evict by score when it needs room, and evicts only the rest: selective checkpointing.
     /// Without a budget a scope evicts everything it can whatever this says. Off by default:
-    /// on the reference GPT step under a budget of 1/3 of its peak the products crowded the
-    /// budget, which then offloaded parameters (H100, session 9: 696 ms per step against 157).
+    /// on the reference GPT step under a budget of 1/3 of its peak the kept products crowded
+    /// the budget, which then offloaded parameters (`docs/results.md`).
     pub scope_keeps_products: bool,
 }
 
@@ -84,53 +84,6 @@ impl Default for Policy {
 /// Device memory traffic of compressing one byte of f32 and restoring it: read 4 and write 2
 /// bytes per element, then read 2 and write 4: 12 bytes per 4-byte element.
 pub const COMPRESS_COST_PER_BYTE: f64 = 3.0;
-
-/// Whether `op` is a product (matrix product, linear layer, convolution, attention): many
-/// multiply-adds per byte, and a result written into a fresh buffer of standard layout
-/// whatever its inputs' layouts.
-pub(crate) fn is_product(op: &str) -> bool {
-    // `linear` (and its backward ops) is Burn's fused x·Wᵀ + b: a matrix product too.
-    op.contains("matmul")
-        || op.contains("conv")
-        || op.contains("attention")
-        || op.contains("linear")
-}
-
-/// Multiply-adds a GPU does in the time it moves one byte of memory.
-const MACS_PER_BYTE: f64 = 16.0;
-
-/// Estimated cost of re-running `op`, in bytes of memory traffic, from its tensor inputs' and
-/// output's bytes, the output's last dimension and its element size.
-pub(crate) fn op_cost(op: &str, inputs: &[u64], output: u64, out_last: usize, elem: usize) -> f64 {
-    let traffic = inputs.iter().sum::<u64>() as f64 + output as f64;
-    let elem = elem.max(1) as f64;
-    // Multiply-adds of a matrix product: the elements of the operand that holds every row
-    // times the output's columns ([.., m, k] · [.., k, n] -> [.., m, n]: m·k·n per batch).
-    let rows_times_cols = |operand: u64| operand as f64 / elem * out_last as f64;
-    let macs = match op {
-        "float_matmul" | "int_matmul" | "linear" | "linear_weight_backward"
-            if inputs.len() >= 2 =>
-        {
-            rows_times_cols(inputs[0])
-        }
-        // grad_x [.., k] = grad_out [.., n] · W: grad_out's elements times k.
-        "linear_x_backward" if inputs.len() >= 3 => rows_times_cols(inputs[2]),
-        _ if is_product(op) && inputs.len() >= 2 => {
-            // Convolutions and the rest: for an (m×k)·(k×n) product, sqrt(lhs·rhs·out)
-            // bytes / 8 = m·n·k.
-            let (lhs, rhs) = (inputs[0] as f64, inputs[1] as f64);
-            (lhs * rhs * output as f64).sqrt() / 8.0
-        }
-        _ => 0.0,
-    };
-    traffic + macs / MACS_PER_BYTE
-}
-
-/// Above this estimated recomputation cost per byte held (memory traffic per byte), a
-/// product is left on the device by a scope's end under a budget (see
-/// [`Policy::scope_keeps_products`]): a linear layer's output contracting 768 features is
-/// above it (about 13), `q·kᵀ`'s attention scores contracting a head's 64 below (about 2).
-pub(crate) const KEEP_COST_PER_BYTE: f64 = 8.0;
 
 /// One resident tensor that may be evicted, scored.
 #[derive(Clone, Copy, Debug)]
@@ -152,7 +105,7 @@ impl Candidate {
     /// recomputed) and which may be compressed to `compress`, or `None` if the policy allows no
     /// action for it. Each action's cost is divided by the bytes it frees.
     pub(crate) fn new(
-        core: &CellCore,
+        cell: &CellInfo,
         bytes: u64,
         now: u64,
         recompute: Option<f64>,
@@ -168,7 +121,7 @@ impl Candidate {
             (EvictionMode::OffloadOnly, _, Some(o)) => (Some(o), Action::Offload),
             // A host copy would not keep a strided layout (and some backends round reductions
             // by layout), so such a tensor is recomputed even here rather than kept.
-            (EvictionMode::OffloadOnly, Some(r), None) if core.strided => {
+            (EvictionMode::OffloadOnly, Some(r), None) if cell.strided => {
                 (Some(r), Action::Recompute)
             }
             (EvictionMode::Auto, Some(r), _) => (Some(r), Action::Recompute),
@@ -185,43 +138,12 @@ impl Candidate {
             (None, Some(c)) => (c, Action::Compress),
             (None, None) => return None,
         };
-        let staleness = now.saturating_sub(core.last_use()) as f64 + 1.0;
+        let staleness = now.saturating_sub(cell.last_use()) as f64 + 1.0;
         // A tensor the program no longer holds is only kept for others' recomputation.
-        let dead = if core.is_dead() { 0.5 } else { 1.0 };
+        let dead = if cell.is_dead() { 0.5 } else { 1.0 };
         Some(Self {
             score: dead * per_byte / staleness,
             action,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_product_costs_its_multiply_adds() {
-        // linear: x [4096, 768] · W [768, 3072] + b -> [4096, 3072], f32.
-        let (x, w, b, out) = (4096 * 768 * 4, 768 * 3072 * 4, 3072 * 4, 4096 * 3072 * 4);
-        let traffic = (x + w + b + out) as f64;
-        let macs = 4096.0 * 768.0 * 3072.0;
-        let cost = op_cost("linear", &[x, w, b], out, 3072, 4);
-        assert_eq!(cost, traffic + macs / MACS_PER_BYTE);
-        assert!(cost >= KEEP_COST_PER_BYTE * out as f64);
-        // Batched q·kᵀ: [96, 512, 64] · [96, 64, 512] -> [96, 512, 512].
-        let (q, k, scores) = (96 * 512 * 64 * 4, 96 * 64 * 512 * 4, 96 * 512 * 512 * 4);
-        let cost = op_cost("float_matmul", &[q, k], scores, 512, 4);
-        let macs = 96.0 * 512.0 * 64.0 * 512.0;
-        assert_eq!(cost, (q + k + scores) as f64 + macs / MACS_PER_BYTE);
-        assert!(cost < KEEP_COST_PER_BYTE * scores as f64);
-        // linear_x_backward(x, W, grad_out) -> grad_x [4096, 768]: grad_out's elements × 768.
-        let cost = op_cost("linear_x_backward", &[x, w, out], x, 768, 4);
-        assert_eq!(cost, (x + w + out + x) as f64 + macs_of(out / 4, 768));
-        // Elementwise ops cost their traffic.
-        assert_eq!(op_cost("float_exp", &[out], out, 3072, 4), 2.0 * out as f64);
-    }
-
-    fn macs_of(elements: u64, columns: u64) -> f64 {
-        (elements * columns) as f64 / MACS_PER_BYTE
     }
 }

@@ -1,151 +1,45 @@
-//! Frugal's own CubeCL kernels (crate `frugal-kernels`) in place of the inner backend's ops,
-//! for inner backends built on a CubeCL runtime this build knows (features `cuda`, `wgpu`),
-//! with Burn's fusion on or off.
-//!
-//! Which inner backend runs is found from the tensor primitive's type at run time (a type id
-//! comparison, no allocation), so `Frugal<B>` stays generic: for any other backend (NdArray,
-//! Flex, ...) and for layouts the kernels do not take (strided views), Frugal calls the inner
-//! backend's own op, which gives the same bits (the kernels are tested bit for bit against
-//! Burn's cast).
-//!
-//! Where they are used:
-//! - **casts** between f32, f16 and bf16 (`float_cast`: autocast's casts and the user's own),
-//!   vectorised;
-//! - **compressed storage** (the budget's `Compress` action and the cast back on a read);
-//! - **[`crate::GradScaler::unscale`]**: one fused unscale-and-check launch per group of f32
-//!   gradients with the found-inf flag kept on the device, and the fused widen-and-scale cast
-//!   for 16-bit gradients.
-//!
-//! Under fusion, a Frugal kernel is a custom operation, which ends the fused block before it:
-//! a cast that Burn's fusion would fold into the neighbouring element-wise kernel is cheaper
-//! left to Burn. So by default ([`KernelMode::Auto`]) casts on a fused backend stay Burn's and
-//! everything else uses Frugal's kernels; [`KernelMode::Always`] and [`KernelMode::Never`]
-//! override that (e.g. to compare them).
+//! [`crate::GradScaler::unscale`] on Frugal's fused kernels: one unscale-and-check launch per
+//! group of f32 gradients with the found-inf flag kept on the device, and the fused
+//! widen-and-scale cast for 16-bit gradients, for CubeCL inner backends with or without
+//! Burn's fusion.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
+use crate::kernels::{self, KernelMode};
 
-use burn_backend::{Backend, FloatDType};
-
-/// When Frugal runs its own kernels rather than the inner backend's ops (see the module docs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KernelMode {
-    /// Frugal's kernels everywhere except casts on a fused backend (which fusion folds into
-    /// neighbouring kernels).
-    #[default]
-    Auto,
-    /// Frugal's kernels wherever the primitive is a CubeCL one, fused or not.
-    Always,
-    /// Never: always the inner backend's own ops.
-    Never,
-}
-
-static MODE: AtomicU8 = AtomicU8::new(0);
-
-/// Sets when Frugal uses its own kernels, for every device (default [`KernelMode::Auto`]).
-pub fn set_mode(mode: KernelMode) {
-    MODE.store(
-        match mode {
-            KernelMode::Auto => 0,
-            KernelMode::Always => 1,
-            KernelMode::Never => 2,
-        },
-        Relaxed,
-    );
-}
-
-/// The current [`KernelMode`].
-pub fn mode() -> KernelMode {
-    match MODE.load(Relaxed) {
-        1 => KernelMode::Always,
-        2 => KernelMode::Never,
-        _ => KernelMode::Auto,
-    }
-}
-
-/// How many times each of Frugal's kernels ran, since the process started (all devices).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KernelStats {
-    /// Casts run by Frugal's cast kernel.
-    pub casts: u64,
-    /// Of those, run as a custom operation of Burn's fusion.
-    pub fused_casts: u64,
-    /// Widening casts fused with a scale (16-bit gradients unscaled).
-    pub scaled_casts: u64,
-    /// Launches of the fused unscale-and-check kernel.
-    pub unscale_launches: u64,
-    /// Gradients unscaled by those launches.
-    pub unscaled_tensors: u64,
-}
-
-static CASTS: AtomicU64 = AtomicU64::new(0);
-static FUSED_CASTS: AtomicU64 = AtomicU64::new(0);
-static SCALED_CASTS: AtomicU64 = AtomicU64::new(0);
-static UNSCALE_LAUNCHES: AtomicU64 = AtomicU64::new(0);
-static UNSCALED_TENSORS: AtomicU64 = AtomicU64::new(0);
-
-/// Reads the [`KernelStats`] counters.
-pub fn stats() -> KernelStats {
-    KernelStats {
-        casts: CASTS.load(Relaxed),
-        fused_casts: FUSED_CASTS.load(Relaxed),
-        scaled_casts: SCALED_CASTS.load(Relaxed),
-        unscale_launches: UNSCALE_LAUNCHES.load(Relaxed),
-        unscaled_tensors: UNSCALED_TENSORS.load(Relaxed),
-    }
-}
-
-/// Why a cast is made, which decides whether Frugal's kernel is worth it under fusion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CastPurpose {
-    /// An op's cast (autocast or the user's): fusable with its neighbours.
-    Op,
-    /// Compressing a tensor at rest or restoring it: a lone pass over the buffer.
-    Storage,
-}
-
-/// `B::float_cast`, run by Frugal's kernel when the mode and the primitive allow it.
-pub(crate) fn float_cast<B: Backend>(
-    tensor: B::FloatTensorPrimitive,
-    dtype: FloatDType,
-) -> B::FloatTensorPrimitive {
-    cast_for::<B>(tensor, dtype, CastPurpose::Op)
-}
-
-/// `B::float_cast` for `purpose`.
-pub(crate) fn cast_for<B: Backend>(
-    tensor: B::FloatTensorPrimitive,
-    dtype: FloatDType,
-    purpose: CastPurpose,
-) -> B::FloatTensorPrimitive {
-    let mode = mode();
-    if mode == KernelMode::Never {
-        return B::float_cast(tensor, dtype);
+/// [`crate::GradScaler::unscale`] through the fused unscale-and-check kernel: `Some(found
+/// non-finite)` when every gradient is a CubeCL tensor of a known runtime (held directly by
+/// Frugal, i.e. not under a budget or scope, or by the plain backend); `None` (with `grads`
+/// as they were) when the portable path must run.
+pub(crate) fn unscale<B, M>(
+    module: &M,
+    grads: &mut burn_optim::GradientsParams,
+    inv_scale: f32,
+) -> Option<bool>
+where
+    B: burn_core::tensor::backend::AutodiffBackend,
+    M: burn_core::module::AutodiffModule<B>,
+{
+    if kernels::mode() == KernelMode::Never {
+        return None;
     }
     #[cfg(any(feature = "cuda", feature = "wgpu"))]
     {
-        let mut slot = Some(tensor);
-        if cube::try_cast(&mut slot, burn_backend::DType::from(dtype), mode, purpose) {
-            return slot.expect("the cast put its output back");
-        }
-        B::float_cast(slot.expect("untouched when not cast"), dtype)
+        cube::unscale::<B, M>(module, grads, inv_scale)
     }
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
     {
-        let _ = purpose;
-        B::float_cast(tensor, dtype)
+        let _ = (module, grads, inv_scale);
+        None
     }
 }
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
-pub(crate) mod cube {
-    //! The CubeCL side: downcasts of the primitive, the kernels' launches, and the fusion
-    //! custom operation.
-
+mod cube {
     use std::any::Any;
     use std::marker::PhantomData;
+    use std::sync::atomic::Ordering::Relaxed;
 
-    use burn_backend::{DType, FloatDType, ops::FloatTensorOps};
-    use burn_cubecl::{CubeBackend, CubeRuntime, fusion::FusionCubeRuntime, tensor::CubeTensor};
+    use burn_backend::DType;
+    use burn_cubecl::{CubeRuntime, fusion::FusionCubeRuntime, tensor::CubeTensor};
     use burn_fusion::{
         FusionRuntime, FusionTensor,
         stream::{Operation, OperationStreams},
@@ -153,151 +47,13 @@ pub(crate) mod cube {
     use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
     use frugal_kernels::FloatDtype;
 
-    use crate::FrugalTensor;
-
-    use super::*;
-
-    /// The `frugal-kernels` dtype of a Burn dtype, if the kernels take it.
-    fn kernel_dtype(dtype: DType) -> Option<FloatDtype> {
-        match dtype {
-            DType::F32 => Some(FloatDtype::F32),
-            DType::F16 => Some(FloatDtype::F16),
-            DType::BF16 => Some(FloatDtype::BF16),
-            _ => None,
-        }
-    }
-
-    /// A CubeCL backend whose float primitive is `CubeTensor<R>` whatever its element types
-    /// (tensors carry their dtype), used to move tensors in and out of fusion's handles.
-    type Cube<R> = CubeBackend<R, f32, i32, u8>;
-
-    /// Casts `slot`'s tensor into `dtype` with Frugal's kernel if it is a CubeCL primitive of
-    /// a known runtime and `mode`/`purpose` allow; `true` when done (the output is in `slot`).
-    pub(crate) fn try_cast<P: Any>(
-        slot: &mut Option<P>,
-        dtype: DType,
-        mode: KernelMode,
-        purpose: CastPurpose,
-    ) -> bool {
-        let any = slot as &mut dyn Any;
-        #[cfg(feature = "cuda")]
-        if let Some(done) = try_cast_on::<cubecl::cuda::CudaRuntime>(any, dtype, mode, purpose) {
-            return done;
-        }
-        #[cfg(feature = "wgpu")]
-        if let Some(done) = try_cast_on::<cubecl::wgpu::WgpuRuntime>(any, dtype, mode, purpose) {
-            return done;
-        }
-        let _ = (any, dtype, mode, purpose);
-        false
-    }
-
-    /// `None` if the primitive is not `R`'s; else whether it was cast.
-    fn try_cast_on<R: CubeRuntime>(
-        any: &mut dyn Any,
-        dtype: DType,
-        mode: KernelMode,
-        purpose: CastPurpose,
-    ) -> Option<bool> {
-        if let Some(slot) = any.downcast_mut::<Option<CubeTensor<R>>>() {
-            let tensor = slot.as_ref().expect("a tensor to cast");
-            let Some(out) = cast_direct(tensor, dtype) else {
-                return Some(false);
-            };
-            *slot = Some(out);
-            return Some(true);
-        }
-        let slot = any.downcast_mut::<Option<FusionTensor<FusionCubeRuntime<R>>>>()?;
-        if mode == KernelMode::Auto && purpose == CastPurpose::Op {
-            return Some(false);
-        }
-        let tensor = slot.as_ref().expect("a tensor to cast");
-        if !castable(tensor.dtype, dtype) {
-            return Some(false);
-        }
-        let tensor = slot.take().expect("checked");
-        *slot = Some(cast_fused(tensor, dtype));
-        Some(true)
-    }
-
-    /// Whether the kernels take a cast from `from` to `to` (a same-type cast is left to the
-    /// backend, which returns the tensor itself).
-    fn castable(from: DType, to: DType) -> bool {
-        from != to && kernel_dtype(from).is_some() && kernel_dtype(to).is_some()
-    }
-
-    /// Casts a contiguous `CubeTensor` with Frugal's kernel; `None` if the kernel does not
-    /// apply (layout, dtypes, device support, length).
-    pub(crate) fn cast_direct<R: CubeRuntime>(
-        tensor: &CubeTensor<R>,
-        dtype: DType,
-    ) -> Option<CubeTensor<R>> {
-        let (Some(from), Some(to)) = (kernel_dtype(tensor.dtype), kernel_dtype(dtype)) else {
-            return None;
-        };
-        if from == to || !tensor.is_contiguous() {
-            return None;
-        }
-        let shape = tensor.meta.shape().clone();
-        let len = shape.num_elements();
-        let handle = frugal_kernels::cast(&tensor.client, &tensor.handle, len, from, to).ok()?;
-        CASTS.fetch_add(1, Relaxed);
-        Some(CubeTensor::new_contiguous(
-            tensor.client.clone(),
-            tensor.device.clone(),
-            shape,
-            handle,
-            dtype,
-        ))
-    }
-
-    /// Registers the cast as a custom operation of the fusion stream: it runs when the stream
-    /// is flushed, on the `CubeTensor` fusion holds by then.
-    fn cast_fused<R: CubeRuntime>(
-        tensor: FusionTensor<FusionCubeRuntime<R>>,
-        dtype: DType,
-    ) -> FusionTensor<FusionCubeRuntime<R>> {
-        let client = tensor.client.clone();
-        let streams = OperationStreams::with_inputs([&tensor]);
-        let output = TensorIr::uninit(client.create_empty_handle(), tensor.shape.clone(), dtype);
-        let desc = CustomOpIr::new("frugal_cast", &[tensor.into_ir()], &[output]);
-        FUSED_CASTS.fetch_add(1, Relaxed);
-        client
-            .register(
-                streams,
-                OperationIr::Custom(desc.clone()),
-                FusedCast::<R> {
-                    desc,
-                    dtype,
-                    _runtime: PhantomData,
-                },
-            )
-            .into_iter()
-            .next()
-            .expect("one output")
-    }
-
-    /// The fusion custom operation of [`cast_fused`].
-    #[derive(Debug)]
-    struct FusedCast<R> {
-        desc: CustomOpIr,
-        dtype: DType,
-        _runtime: PhantomData<fn() -> R>,
-    }
-
-    impl<R: CubeRuntime> Operation<FusionCubeRuntime<R>> for FusedCast<R> {
-        fn execute(
-            &self,
-            handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
-        ) {
-            let ([input], [output]) = self.desc.as_fixed();
-            let tensor = handles.get_float_tensor::<Cube<R>>(input);
-            // A strided input (fusion may hand back a view) goes through CubeCL's own cast.
-            let out = cast_direct(&tensor, self.dtype)
-                .unwrap_or_else(|| Cube::<R>::float_cast(tensor, FloatDType::from(self.dtype)));
-            handles.register_float_tensor::<Cube<R>>(&output.id, out);
-        }
-    }
+    use crate::kernels::{
+        self,
+        cube::{Cube, kernel_dtype},
+    };
+    use crate::op::families::float;
+    use crate::runtime::each_runtime;
+    use crate::tensor::FrugalTensor;
 
     /// See [`super::unscale`].
     pub(crate) fn unscale<B, M>(
@@ -397,16 +153,7 @@ pub(crate) mod cube {
     /// `None` (untouched) otherwise.
     fn unscale_any<P: Any>(prims: &mut Option<Vec<P>>, inv_scale: f32) -> Option<bool> {
         let any = prims as &mut dyn Any;
-        #[cfg(feature = "cuda")]
-        if let Some(found) = unscale_on::<cubecl::cuda::CudaRuntime>(any, inv_scale) {
-            return found;
-        }
-        #[cfg(feature = "wgpu")]
-        if let Some(found) = unscale_on::<cubecl::wgpu::WgpuRuntime>(any, inv_scale) {
-            return found;
-        }
-        let _ = (any, inv_scale);
-        None
+        each_runtime!(unscale_on(any, inv_scale)).flatten()
     }
 
     /// `None` if the primitives are not `R`'s; else the result of [`unscale_cube`] or
@@ -463,11 +210,11 @@ pub(crate) mod cube {
             .expect("tensors")
             .into_iter()
             .map(|t| {
-                let ledger = t.ledger();
+                let state = t.state();
                 let (inner, storage) = t.split();
                 let dtype = inner.dtype();
                 let storage = storage.expect("a plain tensor has its record");
-                (inner, (ledger, dtype, storage))
+                (inner, (state, dtype, storage))
             })
             .unzip();
         let (inner, found) = match run(inner) {
@@ -478,14 +225,14 @@ pub(crate) mod cube {
             inner
                 .into_iter()
                 .zip(records)
-                .map(|(inner, (ledger, dtype, storage))| {
+                .map(|(inner, (state, dtype, storage))| {
                     // A widened gradient is a new buffer: charged as the cast it is, and the
                     // 16-bit one's record is dropped with it.
                     let storage = if inner.dtype() == dtype {
                         storage
                     } else {
-                        let cast = crate::ops::float::op(crate::ops::float::Op::float_cast);
-                        std::sync::Arc::new(ledger.charge(&inner, cast))
+                        let cast = float::op(float::Op::float_cast);
+                        std::sync::Arc::new(state.charge(&inner, cast))
                     };
                     FrugalTensor::plain(inner, storage)
                 })
@@ -537,7 +284,7 @@ pub(crate) mod cube {
                     inv_scale,
                 ) {
                     Ok(handle) => {
-                        SCALED_CASTS.fetch_add(1, Relaxed);
+                        kernels::SCALED_CASTS.fetch_add(1, Relaxed);
                         let wide = CubeTensor::new_contiguous(
                             tensor.client.clone(),
                             tensor.device.clone(),
@@ -596,8 +343,8 @@ pub(crate) mod cube {
             .map(|t| (&t.handle, t.meta.shape().num_elements()))
             .collect();
         let launches = frugal_kernels::unscale_and_check_into(client, &buffers, inv_scale, flag)?;
-        UNSCALE_LAUNCHES.fetch_add(launches as u64, Relaxed);
-        UNSCALED_TENSORS.fetch_add(tensors.len() as u64, Relaxed);
+        kernels::UNSCALE_LAUNCHES.fetch_add(launches as u64, Relaxed);
+        kernels::UNSCALED_TENSORS.fetch_add(tensors.len() as u64, Relaxed);
         Ok(())
     }
 
@@ -715,32 +462,5 @@ pub(crate) mod cube {
             let flag = CubeTensor::new_contiguous(client, device, [1].into(), flag, DType::U32);
             handles.register_int_tensor::<Cube<R>>(&flag_ir[0].id, flag);
         }
-    }
-}
-
-/// [`crate::GradScaler::unscale`] through the fused unscale-and-check kernel: `Some(found
-/// non-finite)` when every gradient is a CubeCL tensor of a known runtime (held directly by
-/// Frugal, i.e. not under a budget or scope, or by the plain backend); `None` (with `grads`
-/// as they were) when the portable path must run.
-pub(crate) fn unscale<B, M>(
-    module: &M,
-    grads: &mut burn_optim::GradientsParams,
-    inv_scale: f32,
-) -> Option<bool>
-where
-    B: burn_core::tensor::backend::AutodiffBackend,
-    M: burn_core::module::AutodiffModule<B>,
-{
-    if mode() == KernelMode::Never {
-        return None;
-    }
-    #[cfg(any(feature = "cuda", feature = "wgpu"))]
-    {
-        cube::unscale::<B, M>(module, grads, inv_scale)
-    }
-    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
-    {
-        let _ = (module, grads, inv_scale);
-        None
     }
 }

@@ -1,35 +1,17 @@
-//! The tensor primitive of [`Frugal`](crate::Frugal): the inner backend's primitive plus a
-//! shared record of the storage it occupies.
+//! Layer 6, the tensor: the primitive of [`Frugal`](crate::Frugal), the inner backend's
+//! primitive plus a shared record of the storage it occupies, or a handle to a managed cell.
+//!
+//! Owns: [`FrugalTensor`] and the conversions the forwarding macro uses to unwrap arguments.
+//! Imports: `device`, `remat`, `scope`, `op`.
 
 use std::sync::Arc;
 
-use burn_backend::quantization::{QuantStore, QuantValue};
-use burn_backend::{
-    Backend, DType, QTensorPrimitive, Shape, TensorMetadata, TensorPrimitive,
-    ops::{MaxPool1dBackward, MaxPool1dWithIndices, MaxPool2dBackward, MaxPool2dWithIndices},
-    quantization::QuantizationParametersPrimitive,
-};
+use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata};
 
-use crate::Frugal;
-use crate::ledger::Ledger;
-use crate::ops::OpId;
-use crate::remat::{Cell, FloatKind, Handle, IntKind, Kind, QuantKind, Recipe, Source, Status};
-
-/// One device buffer as the ledger sees it. Views of a tensor share its record through the
-/// `Arc`, so a buffer is counted once however many tensors point into it; the bytes leave the
-/// ledger when the last of them is dropped.
-pub(crate) struct Storage {
-    pub(crate) ledger: &'static Ledger,
-    pub(crate) bytes: u64,
-    pub(crate) op: OpId,
-    pub(crate) seq: u64,
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        self.ledger.release(self);
-    }
-}
+use crate::device::{DeviceState, Storage};
+use crate::engine::Status;
+use crate::op::OpId;
+use crate::remat::{Cell, Handle, Kind, Recipe, Source};
 
 /// A tensor of [`Frugal<B>`](crate::Frugal): the inner backend's primitive and the ledger record
 /// of the storage behind it, or, while the device is under a budget or in a checkpoint scope, a
@@ -48,16 +30,16 @@ pub(crate) enum Repr<P: 'static> {
 }
 
 impl<P: TensorMetadata + 'static> FrugalTensor<P> {
-    /// Wraps a freshly produced inner tensor, charging its bytes to `op` on `ledger`; managed
+    /// Wraps a freshly produced inner tensor, charging its bytes to `op` on `state`; managed
     /// (without a recipe) when the device is under a budget or in a scope.
     #[inline]
     pub(crate) fn track<B: Backend, K: Kind<B, Prim = P>>(
         inner: P,
-        ledger: &'static Ledger,
+        state: &'static DeviceState,
         op: OpId,
     ) -> Self {
-        let storage = Arc::new(ledger.charge(&inner, op));
-        if ledger.budget.managing() {
+        let storage = Arc::new(state.charge(&inner, op));
+        if state.managing() {
             Self::managed::<B, K>(inner, storage, None, 0.0)
         } else {
             Self::plain(inner, storage)
@@ -135,7 +117,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
     pub fn storage_bytes(&self) -> u64 {
         match &self.repr {
             Repr::Plain { storage, .. } => storage.bytes,
-            Repr::Managed(handle) => handle.cell.core().bytes,
+            Repr::Managed(handle) => handle.cell.core().info.bytes,
         }
     }
 
@@ -148,11 +130,12 @@ impl<P: Clone + 'static> FrugalTensor<P> {
         }
     }
 
+    /// The state of the device the tensor is on.
     #[inline]
-    pub(crate) fn ledger(&self) -> &'static Ledger {
+    pub(crate) fn state(&self) -> &'static DeviceState {
         match &self.repr {
-            Repr::Plain { storage, .. } => storage.ledger,
-            Repr::Managed(handle) => handle.cell.core().ledger,
+            Repr::Plain { storage, .. } => storage.state,
+            Repr::Managed(handle) => handle.cell.core().state,
         }
     }
 
@@ -311,25 +294,6 @@ impl<P: QTensorPrimitive + TensorMetadata + 'static> QTensorPrimitive for Frugal
     }
 }
 
-/// Bytes a tensor of this shape and dtype occupies on the device, without allocator padding.
-pub(crate) fn tensor_bytes(shape: &Shape, dtype: DType) -> u64 {
-    let elements = shape.num_elements() as u64;
-    match dtype {
-        DType::QFloat(scheme) => {
-            // Sub-byte quantized values report a size of 0; count their packed bits instead.
-            let bits = match (scheme.store, scheme.value) {
-                (_, QuantValue::Q8F | QuantValue::Q8S) => 8,
-                (_, QuantValue::E4M3 | QuantValue::E5M2) => 8,
-                (QuantStore::Native, QuantValue::E2M1) => 8,
-                (_, QuantValue::E2M1 | QuantValue::Q4F | QuantValue::Q4S) => 4,
-                (_, QuantValue::Q2F | QuantValue::Q2S) => 2,
-            };
-            (elements * bits).div_ceil(8)
-        }
-        other => elements * other.size() as u64,
-    }
-}
-
 // Conversions used by the forwarding macro. Each `split_*` hands the inner value to the inner
 // backend and keeps the storage records alive until the op's outputs are charged, so the
 // ledger's peak includes inputs and outputs together, as the device's does.
@@ -375,108 +339,4 @@ pub(crate) fn split_opt_source<P: Clone>(
         }
         None => (None, None, None),
     }
-}
-
-pub(crate) fn split_primitive<B: Backend>(
-    tensor: TensorPrimitive<Frugal<B>>,
-) -> (TensorPrimitive<B>, Keep) {
-    match tensor {
-        TensorPrimitive::Float(t) => {
-            let (inner, keep) = t.split();
-            (TensorPrimitive::Float(inner), keep)
-        }
-        TensorPrimitive::QFloat(t) => {
-            let (inner, keep) = t.split();
-            (TensorPrimitive::QFloat(inner), keep)
-        }
-    }
-}
-
-pub(crate) fn primitive_ledger<B: Backend>(tensor: &TensorPrimitive<Frugal<B>>) -> &'static Ledger {
-    match tensor {
-        TensorPrimitive::Float(t) => t.ledger(),
-        TensorPrimitive::QFloat(t) => t.ledger(),
-    }
-}
-
-pub(crate) fn split_qparams<B: Backend>(
-    qparams: QuantizationParametersPrimitive<Frugal<B>>,
-) -> (QuantizationParametersPrimitive<B>, Keep) {
-    let (scales, keep) = qparams.scales.split();
-    (QuantizationParametersPrimitive { scales }, keep)
-}
-
-pub(crate) fn track_opt<B: Backend, K: Kind<B>>(
-    tensor: Option<K::Prim>,
-    ledger: &'static Ledger,
-    op: OpId,
-) -> Option<FrugalTensor<K::Prim>> {
-    tensor.map(|t| FrugalTensor::track::<B, K>(t, ledger, op))
-}
-
-pub(crate) fn track_primitive<B: Backend>(
-    tensor: TensorPrimitive<B>,
-    ledger: &'static Ledger,
-    op: OpId,
-) -> TensorPrimitive<Frugal<B>> {
-    match tensor {
-        TensorPrimitive::Float(t) => {
-            TensorPrimitive::Float(FrugalTensor::track::<B, FloatKind>(t, ledger, op))
-        }
-        TensorPrimitive::QFloat(t) => {
-            TensorPrimitive::QFloat(FrugalTensor::track::<B, QuantKind>(t, ledger, op))
-        }
-    }
-}
-
-pub(crate) fn track_max_pool1d<B: Backend>(
-    out: MaxPool1dWithIndices<B>,
-    ledger: &'static Ledger,
-    op: OpId,
-) -> MaxPool1dWithIndices<Frugal<B>> {
-    MaxPool1dWithIndices::new(
-        FrugalTensor::track::<B, FloatKind>(out.output, ledger, op),
-        FrugalTensor::track::<B, IntKind>(out.indices, ledger, op),
-    )
-}
-
-pub(crate) fn track_max_pool2d<B: Backend>(
-    out: MaxPool2dWithIndices<B>,
-    ledger: &'static Ledger,
-    op: OpId,
-) -> MaxPool2dWithIndices<Frugal<B>> {
-    MaxPool2dWithIndices::new(
-        FrugalTensor::track::<B, FloatKind>(out.output, ledger, op),
-        FrugalTensor::track::<B, IntKind>(out.indices, ledger, op),
-    )
-}
-
-pub(crate) fn track_max_pool1d_backward<B: Backend>(
-    out: MaxPool1dBackward<B>,
-    ledger: &'static Ledger,
-    op: OpId,
-) -> MaxPool1dBackward<Frugal<B>> {
-    MaxPool1dBackward::new(FrugalTensor::track::<B, FloatKind>(out.x_grad, ledger, op))
-}
-
-pub(crate) fn track_max_pool2d_backward<B: Backend>(
-    out: MaxPool2dBackward<B>,
-    ledger: &'static Ledger,
-    op: OpId,
-) -> MaxPool2dBackward<Frugal<B>> {
-    MaxPool2dBackward::new(FrugalTensor::track::<B, FloatKind>(out.x_grad, ledger, op))
-}
-
-pub(crate) fn track_deform_conv2d_backward<B: Backend>(
-    out: burn_backend::ops::DeformConv2dBackward<B>,
-    ledger: &'static Ledger,
-    op: OpId,
-) -> burn_backend::ops::DeformConv2dBackward<Frugal<B>> {
-    burn_backend::ops::DeformConv2dBackward::new(
-        FrugalTensor::track::<B, FloatKind>(out.x_grad, ledger, op),
-        FrugalTensor::track::<B, FloatKind>(out.offset_grad, ledger, op),
-        FrugalTensor::track::<B, FloatKind>(out.weight_grad, ledger, op),
-        track_opt::<B, FloatKind>(out.mask_grad, ledger, op),
-        track_opt::<B, FloatKind>(out.bias_grad, ledger, op),
-    )
 }

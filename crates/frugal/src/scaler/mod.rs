@@ -13,6 +13,8 @@
 //! path: plain Burn ops, the non-finite checks of all gradients folded into one device-side
 //! flag. Either way the flag is read once per step.
 
+mod unscale;
+
 use burn_core::module::{AutodiffModule, ModuleVisitor, Param};
 use burn_core::tensor::backend::{AutodiffBackend, Backend};
 use burn_core::tensor::{Bool, ElementConversion, Int, Tensor};
@@ -196,7 +198,7 @@ impl GradScaler {
     ) -> bool {
         let inv_scale = 1.0 / self.scale;
         // CubeCL inner backends: one fused launch per group of gradients (crate::kernels).
-        if let Some(found) = crate::kernels::unscale::<B, M>(module, grads, inv_scale) {
+        if let Some(found) = unscale::unscale::<B, M>(module, grads, inv_scale) {
             return found;
         }
         let mut visitor = Unscale::<B> {

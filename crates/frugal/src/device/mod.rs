@@ -1,0 +1,168 @@
+//! Layer 4, the per-device state: everything Frugal keeps for one device, in one place, and
+//! the record of a charged buffer.
+//!
+//! Owns: [`DeviceState`] (the ledger, the budget, the scopes, the autocast table and the
+//! "managing" flag that decides an op's path) and its registry, and [`Storage`]. Imports:
+//! `ledger`, `engine`, `scope`, `autocast`, `op`. States live for the whole process (leaked
+//! once per device), so tensors point at theirs with a plain `&'static` and no reference
+//! count.
+
+use std::any::TypeId;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use burn_backend::{DeviceId, DeviceOps, TensorMetadata};
+
+use crate::autocast::PrecisionTable;
+use crate::engine::Budget;
+use crate::ledger::{Charge, Ledger};
+use crate::op::OpId;
+use crate::scope::{OpenScope, Scopes};
+
+/// Everything Frugal keeps for one device.
+pub(crate) struct DeviceState {
+    key: (TypeId, DeviceId),
+    /// Live, peak and total bytes, per op, and the timeline.
+    pub(crate) ledger: Ledger,
+    /// The memory budget, its policy and the cells it may evict.
+    pub(crate) budget: Budget,
+    /// Checkpoint scopes.
+    pub(crate) scopes: Scopes,
+    /// The autocast table (all `Keep` while autocast is off).
+    pub(crate) autocast: PrecisionTable,
+    /// Whether new tensors are managed: a budget is set or a scope is open.
+    managing: AtomicBool,
+}
+
+static STATES: RwLock<Vec<&'static DeviceState>> = RwLock::new(Vec::new());
+
+impl DeviceState {
+    fn new(key: (TypeId, DeviceId), label: String) -> Self {
+        Self {
+            key,
+            ledger: Ledger::new(label),
+            budget: Budget::default(),
+            scopes: Scopes::default(),
+            autocast: PrecisionTable::default(),
+            managing: AtomicBool::new(false),
+        }
+    }
+
+    /// The state of `device`, created on first use.
+    pub(crate) fn of_device<D: DeviceOps + 'static>(device: &D) -> &'static DeviceState {
+        let key = (TypeId::of::<D>(), device.id());
+        if let Some(found) = STATES.read().unwrap().iter().find(|s| s.key == key) {
+            return found;
+        }
+        let mut all = STATES.write().unwrap();
+        if let Some(found) = all.iter().find(|s| s.key == key) {
+            return found;
+        }
+        let state: &'static DeviceState =
+            Box::leak(Box::new(DeviceState::new(key, format!("{device:?}"))));
+        all.push(state);
+        state
+    }
+
+    /// The state for calls that name no tensor and no device (e.g. capability queries): they
+    /// are counted, never charged.
+    pub(crate) fn unattributed() -> &'static DeviceState {
+        static UNATTRIBUTED: std::sync::OnceLock<&'static DeviceState> = std::sync::OnceLock::new();
+        UNATTRIBUTED.get_or_init(|| {
+            Box::leak(Box::new(DeviceState::new(
+                (TypeId::of::<()>(), DeviceId::new(u16::MAX, u16::MAX)),
+                "unattributed".into(),
+            )))
+        })
+    }
+
+    /// Every device state created so far, in creation order.
+    pub(crate) fn all() -> Vec<&'static DeviceState> {
+        STATES.read().unwrap().clone()
+    }
+
+    /// Whether new tensors on this device are managed (a budget is set or a scope is open).
+    #[inline]
+    pub(crate) fn managing(&self) -> bool {
+        self.managing.load(Relaxed)
+    }
+
+    fn update_managing(&self) {
+        let on = self.budget.limit().is_some() || self.scopes.any_open();
+        self.managing.store(on, Relaxed);
+    }
+
+    /// Counts a call of `op`.
+    #[inline]
+    pub(crate) fn count_call(&self, op: OpId) {
+        self.ledger.count_call(op);
+    }
+
+    /// Records a new buffer for `tensor`, produced by `op`.
+    #[inline]
+    pub(crate) fn charge<P: TensorMetadata>(&'static self, tensor: &P, op: OpId) -> Storage {
+        let charge = self.ledger.charge(&tensor.shape(), tensor.dtype(), op);
+        Storage {
+            state: self,
+            bytes: charge.bytes,
+            op,
+            seq: charge.seq,
+        }
+    }
+
+    /// Sets the budget (`None`: none) and keeps it at once.
+    pub(crate) fn set_budget(&self, limit: Option<u64>) {
+        self.budget.set_limit(limit);
+        self.update_managing();
+        self.enforce(None, 0);
+    }
+
+    /// Evicts until live bytes are within the budget, after `op` needed `needed` bytes;
+    /// panics with the figures if nothing more can be evicted.
+    #[inline]
+    pub(crate) fn enforce(&self, op: Option<OpId>, needed: u64) {
+        self.budget.enforce(&self.ledger, op, needed);
+    }
+
+    /// Evicts what it can towards the budget without failing (between the restores of a
+    /// chain).
+    pub(crate) fn relieve(&self) {
+        self.budget.relieve(&self.ledger);
+    }
+
+    /// Opens a checkpoint scope.
+    pub(crate) fn open_scope(&self) -> OpenScope {
+        let scope = self.scopes.open();
+        self.update_managing();
+        scope
+    }
+
+    /// Closes `scope`, evicting what it created except `keep` (see [`Scopes::close`]).
+    pub(crate) fn close_scope(&self, scope: OpenScope, keep: &[usize]) {
+        self.scopes.close(scope, keep, &self.budget);
+        self.update_managing();
+    }
+}
+
+/// One device buffer as the ledger sees it. Views of a tensor share its record through an
+/// `Arc`, so a buffer is counted once however many tensors point into it; the bytes leave the
+/// ledger when the last of them is dropped.
+pub(crate) struct Storage {
+    /// The device it is charged to.
+    pub(crate) state: &'static DeviceState,
+    /// Its bytes.
+    pub(crate) bytes: u64,
+    /// The op that produced it.
+    pub(crate) op: OpId,
+    seq: u64,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        self.state.ledger.release(&Charge {
+            bytes: self.bytes,
+            op: self.op,
+            seq: self.seq,
+        });
+    }
+}

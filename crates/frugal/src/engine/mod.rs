@@ -1,0 +1,752 @@
+//! Layer 2, the eviction engine: a device's memory budget, the registry of cells it may evict,
+//! and the search that picks which to drop and how when live bytes exceed the budget.
+//!
+//! Owns: the budget's limit and [`Policy`], the registry, the logical clock, the counters
+//! behind [`RematStats`]. Imports: `ledger`, `op`, `units`. It sees cells only through
+//! [`Evictable`], the small trait `crate::remat`'s cells implement (as cubecl-runtime's
+//! memory management sees its pools through one trait), so it is tested here on a mock.
+
+mod policy;
+mod stats;
+
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::ledger::Ledger;
+use crate::op::OpId;
+use crate::units::{LowPrecision, format_bytes};
+
+pub(crate) use policy::Candidate;
+pub use policy::{Action, EvictionMode, Policy};
+pub use stats::RematStats;
+pub(crate) use stats::{Counter, Counters};
+
+/// Where a cell's data is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    Resident,
+    Evicted,
+    Offloaded,
+    /// In a [`HostBatch`] that has not been read yet.
+    Offloading,
+    /// On the device in a lower-precision storage type, cast back when read.
+    Compressed,
+    Gone,
+}
+
+/// What the engine reads of a cell without locking it.
+pub(crate) struct CellInfo {
+    /// The op that produced it.
+    pub(crate) op: OpId,
+    /// Bytes of its buffer.
+    pub(crate) bytes: u64,
+    /// Estimated cost of re-running the op alone (see [`crate::op::cost::op_cost`]).
+    pub(crate) cost: f64,
+    /// The checkpoint scope the cell was created in (0: none).
+    pub(crate) scope: u64,
+    /// The inner tensor may have a non-standard memory layout (a view, or an elementwise
+    /// result of one). A host copy comes back contiguous, and some backends round
+    /// reductions differently by layout, so such tensors are recomputed, never offloaded.
+    pub(crate) strided: bool,
+    last_use: AtomicU64,
+    dead: AtomicBool,
+}
+
+impl CellInfo {
+    /// A cell just used at time `now`.
+    pub(crate) fn new(
+        op: OpId,
+        bytes: u64,
+        cost: f64,
+        scope: u64,
+        strided: bool,
+        now: u64,
+    ) -> Self {
+        Self {
+            op,
+            bytes,
+            cost,
+            scope,
+            strided,
+            last_use: AtomicU64::new(now),
+            dead: AtomicBool::new(false),
+        }
+    }
+
+    /// When it was last used, on the budget's clock.
+    pub(crate) fn last_use(&self) -> u64 {
+        self.last_use.load(Relaxed)
+    }
+
+    /// Notes a use at time `now`.
+    pub(crate) fn touch(&self, now: u64) {
+        self.last_use.store(now, Relaxed);
+    }
+
+    /// Whether the program holds no handle to it any more.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Relaxed)
+    }
+
+    /// Marks it dead; returns whether it already was.
+    pub(crate) fn set_dead(&self) -> bool {
+        self.dead.swap(true, Relaxed)
+    }
+}
+
+/// A cell as the engine sees it: what it is, and the three ways to free its buffer.
+pub(crate) trait Evictable: Send + Sync {
+    /// Its identity and bookkeeping.
+    fn info(&self) -> &CellInfo;
+    /// Where its data is (waits if it is in use).
+    fn status(&self) -> Status;
+    /// The address of a resident cell's buffer record and how many hold it; `None` if not
+    /// resident or in use right now.
+    fn storage_holders(&self) -> Option<(usize, usize)>;
+    /// How this cell could be evicted now, and at what cost; `None` if it cannot be. With
+    /// `shared`, the cell is scored as one of a group of cells that share its buffer and are
+    /// evicted together (recomputation only).
+    fn candidate(&self, now: u64, policy: &Policy, shared: bool) -> Option<Candidate>;
+    /// Drops the buffer, to be recomputed when read; whether it was evicted. Never blocks: a
+    /// cell in use elsewhere is skipped.
+    fn evict(&self) -> bool;
+    /// Keeps the data on the device in the budget's 16-bit storage type; whether it was
+    /// compressed (resident, unpinned, unshared f32 only).
+    fn compress(&self) -> bool;
+    /// An empty batch for offloading cells of this one's backend together.
+    fn host_batch(&self) -> Box<dyn HostBatch>;
+    /// Moves the data into `batch` (made by [`Self::host_batch`] of a cell of the same
+    /// backend); its device bytes leave the ledger now. `false` if it cannot be offloaded.
+    fn offload_into(self: Arc<Self>, batch: &mut dyn HostBatch) -> bool;
+}
+
+/// Tensors on their way to host memory. They are read back together in one transaction: each
+/// read from a GPU waits for the device's queue to drain, so one wait for many tensors instead
+/// of one per tensor keeps the device busy.
+pub(crate) trait HostBatch {
+    /// The batch itself, for the cells of its backend to add themselves.
+    fn as_any(&mut self) -> &mut dyn Any;
+    /// Reads every tensor of the batch and hands each cell its host copy; returns how many.
+    fn finish(self: Box<Self>) -> usize;
+}
+
+const NO_LIMIT: u64 = u64::MAX;
+
+/// A device's budget: the limit, the policy, the registry of managed cells and the counters.
+pub(crate) struct Budget {
+    limit: AtomicU64,
+    clock: AtomicU64,
+    mode: AtomicU8,
+    host_cost_bits: AtomicU64,
+    max_depth: AtomicU32,
+    scope_keeps_products: AtomicBool,
+    /// The storage type of compressed tensors ([`LowPrecision::code`]; 0: none).
+    storage: AtomicU8,
+    registry: Mutex<Vec<Weak<dyn Evictable>>>,
+    counters: Counters,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        let policy = Policy::default();
+        Self {
+            limit: AtomicU64::new(NO_LIMIT),
+            clock: AtomicU64::new(0),
+            mode: AtomicU8::new(policy.mode as u8),
+            host_cost_bits: AtomicU64::new(policy.host_cost_per_byte.to_bits()),
+            max_depth: AtomicU32::new(policy.max_depth),
+            scope_keeps_products: AtomicBool::new(policy.scope_keeps_products),
+            storage: AtomicU8::new(0),
+            registry: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+        }
+    }
+}
+
+impl Budget {
+    pub(crate) fn limit(&self) -> Option<u64> {
+        let limit = self.limit.load(Relaxed);
+        (limit != NO_LIMIT).then_some(limit)
+    }
+
+    pub(crate) fn set_limit(&self, limit: Option<u64>) {
+        self.limit.store(limit.unwrap_or(NO_LIMIT), Relaxed);
+    }
+
+    pub(crate) fn policy(&self) -> Policy {
+        Policy {
+            mode: match self.mode.load(Relaxed) {
+                1 => EvictionMode::RecomputeOnly,
+                2 => EvictionMode::OffloadOnly,
+                _ => EvictionMode::Auto,
+            },
+            host_cost_per_byte: f64::from_bits(self.host_cost_bits.load(Relaxed)),
+            max_depth: self.max_depth.load(Relaxed),
+            scope_keeps_products: self.scope_keeps_products.load(Relaxed),
+        }
+    }
+
+    /// The longest chain of evicted tensors one read may recompute ([`Policy::max_depth`]).
+    #[inline]
+    pub(crate) fn max_depth(&self) -> u32 {
+        self.max_depth.load(Relaxed)
+    }
+
+    pub(crate) fn set_policy(&self, policy: Policy) {
+        self.mode.store(policy.mode as u8, Relaxed);
+        self.host_cost_bits
+            .store(policy.host_cost_per_byte.to_bits(), Relaxed);
+        self.max_depth.store(policy.max_depth, Relaxed);
+        self.scope_keeps_products
+            .store(policy.scope_keeps_products, Relaxed);
+    }
+
+    /// The type f32 tensors are compressed to, if compression is on.
+    pub(crate) fn storage(&self) -> Option<LowPrecision> {
+        LowPrecision::from_code(self.storage.load(Relaxed))
+    }
+
+    pub(crate) fn set_storage(&self, storage: Option<LowPrecision>) {
+        self.storage
+            .store(storage.map_or(0, LowPrecision::code), Relaxed);
+    }
+
+    /// A logical clock, advanced by every use of a managed tensor.
+    pub(crate) fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Relaxed)
+    }
+
+    /// What the budget and scopes have done so far.
+    pub(crate) fn stats(&self) -> RematStats {
+        self.counters.read()
+    }
+
+    /// Adds a new cell to the ones the budget may evict.
+    pub(crate) fn register(&self, cell: Weak<dyn Evictable>) {
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        // Amortised clean-up of cells that are gone, so the registry stays proportional to
+        // the live ones.
+        if registry.len() >= 1024 && registry.len().is_power_of_two() {
+            registry.retain(|cell| cell.strong_count() > 0);
+        }
+        registry.push(cell);
+    }
+
+    /// Every registered cell still alive.
+    pub(crate) fn cells(&self) -> Vec<Arc<dyn Evictable>> {
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        registry.retain(|cell| cell.strong_count() > 0);
+        registry.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// About sqrt(n) + 32 registered cells chosen at random (all of them when few).
+    fn sample(&self, seed: u64) -> Vec<Arc<dyn Evictable>> {
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let n = registry.len();
+        let k = (n as f64).sqrt() as usize + 32;
+        if n <= k {
+            return registry.iter().filter_map(Weak::upgrade).collect();
+        }
+        let mut state = seed | 1;
+        (0..k)
+            .filter_map(|_| {
+                // xorshift64: cheap, and good enough to spread the sample.
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                registry[(state % n as u64) as usize].upgrade()
+            })
+            .collect()
+    }
+
+    /// A tensor evicted to be recomputed.
+    pub(crate) fn count_eviction(&self, bytes: u64) {
+        self.counters.add(Counter::evictions, 1);
+        self.counters.add(Counter::evicted_bytes, bytes);
+    }
+
+    /// A tensor recomputed.
+    pub(crate) fn count_recompute(&self, bytes: u64) {
+        self.counters.add(Counter::recomputes, 1);
+        self.counters.add(Counter::recomputed_bytes, bytes);
+    }
+
+    /// A tensor's copy now in host memory.
+    pub(crate) fn count_offload(&self, bytes: u64) {
+        self.counters.add(Counter::offloads, 1);
+        self.counters.add(Counter::offloaded_bytes, bytes);
+        let host = self.counters.add(Counter::host_bytes, bytes);
+        self.counters.max(Counter::peak_host_bytes, host);
+    }
+
+    /// A host copy back on the device, taking `elapsed` to hand over.
+    pub(crate) fn count_upload(&self, bytes: u64, elapsed: std::time::Duration) {
+        self.counters.add(Counter::uploads, 1);
+        self.counters.add(Counter::uploaded_bytes, bytes);
+        self.counters
+            .add(Counter::upload_nanos, elapsed.as_nanos() as u64);
+        self.host_release(bytes);
+    }
+
+    /// A tensor of `bytes` kept in the 16-bit storage type.
+    pub(crate) fn count_compress(&self, bytes: u64) {
+        self.counters.add(Counter::compressions, 1);
+        self.counters.add(Counter::compressed_bytes, bytes);
+    }
+
+    /// A compressed tensor cast back.
+    pub(crate) fn count_decompress(&self) {
+        self.counters.add(Counter::decompressions, 1);
+    }
+
+    /// A host copy freed.
+    pub(crate) fn host_release(&self, bytes: u64) {
+        self.counters.sub(Counter::host_bytes, bytes);
+    }
+
+    /// The resident cells of each buffer that several cells share, for the buffers whose every
+    /// holder is a cell (no tensor outside the budget's view also points into them).
+    fn shared_buffers(&self) -> Vec<Vec<Arc<dyn Evictable>>> {
+        let mut groups: std::collections::HashMap<usize, (usize, Vec<Arc<dyn Evictable>>)> =
+            Default::default();
+        for cell in self.cells() {
+            if let Some((storage, holders)) = cell.storage_holders()
+                && holders > 1
+            {
+                groups
+                    .entry(storage)
+                    .or_insert((holders, Vec::new()))
+                    .1
+                    .push(cell);
+            }
+        }
+        groups
+            .into_values()
+            .filter(|(holders, cells)| *holders == cells.len())
+            .map(|(_, cells)| cells)
+            .collect()
+    }
+
+    /// The cheapest of `groups` (see [`Self::shared_buffers`]) whose cells can all be
+    /// recomputed, taken out of the list.
+    fn shared_group(
+        groups: &mut Vec<Vec<Arc<dyn Evictable>>>,
+        now: u64,
+        policy: &Policy,
+    ) -> Option<Vec<Arc<dyn Evictable>>> {
+        let (index, _) = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(index, cells)| {
+                let mut score = 0.0;
+                for cell in cells {
+                    let candidate = cell.candidate(now, policy, true)?;
+                    (candidate.action == Action::Recompute).then_some(())?;
+                    score += candidate.score;
+                }
+                Some((index, score))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        Some(groups.swap_remove(index))
+    }
+
+    /// The cheapest of `groups` held by one tensor that can be offloaded (not strided, not
+    /// recomputable) and by views of it that can all be recomputed: the views, and the tensor,
+    /// taken out of the list.
+    fn offloadable_group(
+        groups: &mut Vec<Vec<Arc<dyn Evictable>>>,
+        now: u64,
+        policy: &Policy,
+    ) -> Option<OffloadableGroup> {
+        if policy.mode == EvictionMode::RecomputeOnly {
+            return None;
+        }
+        let (index, _, root) = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(index, cells)| {
+                let mut root = None;
+                let mut score = 0.0;
+                for (at, cell) in cells.iter().enumerate() {
+                    match cell.candidate(now, policy, true) {
+                        Some(c) if c.action == Action::Recompute && cell.info().strided => {
+                            score += c.score;
+                        }
+                        _ if root.is_none() && !cell.info().strided => root = Some(at),
+                        _ => return None,
+                    }
+                }
+                let root = root?;
+                score += policy.host_cost_per_byte;
+                Some((index, score, root))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        let mut views = groups.swap_remove(index);
+        let root = views.swap_remove(root);
+        Some(OffloadableGroup { views, root })
+    }
+
+    /// Evicts tensors until live bytes are within the limit. `op` just ran and needed `needed`
+    /// bytes for its inputs and output; if nothing more can be evicted, this panics with the
+    /// figures (Burn ops have no error channel).
+    pub(crate) fn enforce(&self, ledger: &Ledger, op: Option<OpId>, needed: u64) {
+        let Some(limit) = self.limit() else { return };
+        if ledger.live_bytes() <= limit {
+            return;
+        }
+        self.evict_down(ledger, limit);
+        let live = ledger.live_bytes();
+        if live > limit {
+            let holders = ledger
+                .holders()
+                .into_iter()
+                .take(5)
+                .map(|(op, bytes, n)| format!("{} {} in {n}", op.name(), format_bytes(bytes)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let after = op.map_or("changing the budget".to_string(), |op| {
+                op.name().to_string()
+            });
+            panic!(
+                "frugal: the memory budget of {} on {} cannot be kept after {after}: {} are live \
+                 and nothing more can be evicted (the op's inputs, output and the tensors it \
+                 restored take {}). Biggest holders: {holders}. Raise the budget (accepted: at \
+                 least the largest op's inputs and output plus what cannot be recomputed or \
+                 offloaded).",
+                format_bytes(limit),
+                ledger.label,
+                format_bytes(live),
+                format_bytes(needed),
+            );
+        }
+    }
+
+    /// Evicts what it can towards the limit without failing: used between the restores of a
+    /// chain, where the op that asked for them has not finished.
+    pub(crate) fn relieve(&self, ledger: &Ledger) {
+        if let Some(limit) = self.limit()
+            && ledger.live_bytes() > limit
+        {
+            self.evict_down(ledger, limit);
+        }
+    }
+
+    fn evict_down(&self, ledger: &Ledger, limit: u64) {
+        let started = std::time::Instant::now();
+        let now = self.clock.load(Relaxed);
+        let policy = self.policy();
+        // Evict a little below the limit, so the next few ops do not each search again.
+        let target = limit - limit / 16;
+        let best = |cells: Vec<Arc<dyn Evictable>>| {
+            cells
+                .into_iter()
+                .filter_map(|cell| Some((cell.candidate(now, &policy, false)?, cell)))
+                .min_by(|a, b| {
+                    let (a, b) = (a.0.rank(), b.0.rank());
+                    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+                })
+        };
+        // As DTR does, score a random sample of about sqrt(n) tensors per eviction rather
+        // than all n, as long as the sample holds one to recompute.
+        let mut round = 0u64;
+        let mut failures = 0;
+        while ledger.live_bytes() > target && failures < 8 {
+            round += 1;
+            match best(self.sample(now ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15))) {
+                Some((candidate, cell)) if candidate.action != Action::Offload => {
+                    match apply(candidate.action, &cell) {
+                        true => failures = 0,
+                        // Another thread may be using the cell; try others a few times.
+                        false => failures += 1,
+                    }
+                }
+                _ => break,
+            }
+        }
+        let waited = if ledger.live_bytes() > target {
+            self.evict_from_all(ledger, target, now, &policy)
+        } else {
+            0
+        };
+        let elapsed = started.elapsed().as_nanos() as u64;
+        self.counters
+            .add(Counter::search_nanos, elapsed.saturating_sub(waited));
+    }
+
+    /// The slow path of [`Self::evict_down`], when the sample has nothing to recompute: one
+    /// scan of every tensor, then recomputable tensors in order of score, then buffers
+    /// shared by several recomputable tensors, then offloads, all read in one batch. Returns
+    /// the nanoseconds spent waiting for that read.
+    fn evict_from_all(&self, ledger: &Ledger, target: u64, now: u64, policy: &Policy) -> u64 {
+        let mut ranked: Vec<_> = self
+            .cells()
+            .into_iter()
+            .filter_map(|cell| Some((cell.candidate(now, policy, false)?, cell)))
+            .collect();
+        ranked.sort_by(|a, b| {
+            let (a, b) = (a.0.rank(), b.0.rank());
+            a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+        });
+        let (on_device, offload): (Vec<_>, Vec<_>) = ranked
+            .into_iter()
+            .partition(|(candidate, _)| candidate.action != Action::Offload);
+        for (candidate, cell) in on_device {
+            if ledger.live_bytes() <= target {
+                return 0;
+            }
+            apply(candidate.action, &cell);
+        }
+        // A tensor and its views share a buffer that no single eviction frees. The groups
+        // are found once: evicting one group leaves the others' holders as they were.
+        let mut groups = self.shared_buffers();
+        while ledger.live_bytes() > target
+            && let Some(group) = Self::shared_group(&mut groups, now, policy)
+        {
+            // Every cell of the group must go for the buffer to be freed: no short circuit.
+            if group.iter().filter(|cell| cell.evict()).count() == 0 {
+                break;
+            }
+        }
+        let mut batch: Option<Box<dyn HostBatch>> = None;
+        for (_, cell) in offload {
+            if ledger.live_bytes() <= target {
+                break;
+            }
+            cell.clone()
+                .offload_into(&mut **batch.get_or_insert_with(|| cell.host_batch()));
+        }
+        // A buffer shared by a tensor that can only be offloaded and views of it: once the
+        // views are evicted (recomputed from the tensor when read), the tensor is alone on its
+        // buffer and can be offloaded.
+        while ledger.live_bytes() > target
+            && let Some(OffloadableGroup { views, root }) =
+                Self::offloadable_group(&mut groups, now, policy)
+        {
+            if !views.iter().all(|view| view.evict()) {
+                break;
+            }
+            if !root
+                .clone()
+                .offload_into(&mut **batch.get_or_insert_with(|| root.host_batch()))
+            {
+                break;
+            }
+        }
+        let Some(batch) = batch else { return 0 };
+        let started = std::time::Instant::now();
+        if batch.finish() == 0 {
+            return 0;
+        }
+        let waited = started.elapsed().as_nanos() as u64;
+        self.counters.add(Counter::offload_batches, 1);
+        self.counters.add(Counter::offload_nanos, waited);
+        waited
+    }
+}
+
+/// A buffer held by one tensor that can be offloaded and by recomputable views of it.
+struct OffloadableGroup {
+    views: Vec<Arc<dyn Evictable>>,
+    root: Arc<dyn Evictable>,
+}
+
+/// Carries out an eviction that needs no wait for the device: recompute later, or compress.
+fn apply(action: Action, cell: &Arc<dyn Evictable>) -> bool {
+    match action {
+        Action::Compress => cell.compress(),
+        _ => cell.evict(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The engine alone, on mock cells that hold ledger charges.
+
+    use super::*;
+    use crate::ledger::Charge;
+    use crate::op::families::float;
+    use burn_backend::{DType, Shape};
+
+    /// A cell that frees its charge when evicted or offloaded.
+    struct MockCell {
+        info: CellInfo,
+        ledger: &'static Ledger,
+        charge: Mutex<Option<Charge>>,
+        offloaded: AtomicBool,
+        recompute: Option<f64>,
+        offloadable: bool,
+    }
+
+    impl MockCell {
+        fn new(
+            ledger: &'static Ledger,
+            elements: usize,
+            recompute: Option<f64>,
+            offloadable: bool,
+        ) -> Arc<Self> {
+            let op = float::op(float::Op::float_exp);
+            let charge = ledger.charge(&Shape::new([elements]), DType::F32, op);
+            Arc::new(Self {
+                info: CellInfo::new(op, charge.bytes, recompute.unwrap_or(0.0), 0, false, 0),
+                ledger,
+                charge: Mutex::new(Some(charge)),
+                offloaded: AtomicBool::new(false),
+                recompute,
+                offloadable,
+            })
+        }
+
+        fn free(&self) -> bool {
+            match self.charge.lock().unwrap().take() {
+                Some(charge) => {
+                    self.ledger.release(&charge);
+                    true
+                }
+                None => false,
+            }
+        }
+    }
+
+    impl Evictable for MockCell {
+        fn info(&self) -> &CellInfo {
+            &self.info
+        }
+        fn status(&self) -> Status {
+            match (
+                self.charge.lock().unwrap().is_some(),
+                self.offloaded.load(Relaxed),
+            ) {
+                (true, _) => Status::Resident,
+                (false, true) => Status::Offloaded,
+                (false, false) => Status::Evicted,
+            }
+        }
+        fn storage_holders(&self) -> Option<(usize, usize)> {
+            None
+        }
+        fn candidate(&self, now: u64, policy: &Policy, _shared: bool) -> Option<Candidate> {
+            let bytes = self.charge.lock().unwrap().map(|c| c.bytes)?;
+            Candidate::new(
+                &self.info,
+                bytes,
+                now,
+                self.recompute,
+                self.offloadable,
+                None,
+                policy,
+            )
+        }
+        fn evict(&self) -> bool {
+            self.recompute.is_some() && self.free()
+        }
+        fn compress(&self) -> bool {
+            false
+        }
+        fn host_batch(&self) -> Box<dyn HostBatch> {
+            Box::new(MockBatch(Vec::new()))
+        }
+        fn offload_into(self: Arc<Self>, batch: &mut dyn HostBatch) -> bool {
+            let batch = batch
+                .as_any()
+                .downcast_mut::<MockBatch>()
+                .expect("a mock batch");
+            if !self.offloadable || !self.free() {
+                return false;
+            }
+            batch.0.push(self);
+            true
+        }
+    }
+
+    struct MockBatch(Vec<Arc<MockCell>>);
+
+    impl HostBatch for MockBatch {
+        fn as_any(&mut self) -> &mut dyn Any {
+            self
+        }
+        fn finish(self: Box<Self>) -> usize {
+            self.0.iter().for_each(|c| c.offloaded.store(true, Relaxed));
+            self.0.len()
+        }
+    }
+
+    fn setup(cells: &[(Option<f64>, bool)]) -> (&'static Ledger, Budget, Vec<Arc<MockCell>>) {
+        let ledger: &'static Ledger = Box::leak(Box::new(Ledger::new("mock".into())));
+        let budget = Budget::default();
+        let cells: Vec<_> = cells
+            .iter()
+            .map(|&(recompute, offloadable)| MockCell::new(ledger, 250, recompute, offloadable))
+            .collect();
+        for cell in &cells {
+            budget.register(Arc::downgrade(cell) as Weak<dyn Evictable>);
+        }
+        (ledger, budget, cells)
+    }
+
+    fn statuses(cells: &[Arc<MockCell>]) -> Vec<Status> {
+        cells.iter().map(|c| c.status()).collect()
+    }
+
+    #[test]
+    fn the_cheapest_recomputation_goes_first_and_only_as_much_as_needed() {
+        let (ledger, budget, cells) = setup(&[
+            (Some(100.0), false),
+            (Some(1.0), false),
+            (Some(10.0), false),
+        ]);
+        assert_eq!(ledger.live_bytes(), 3000);
+        budget.set_limit(Some(2500));
+        budget.enforce(ledger, None, 0);
+        use Status::*;
+        assert_eq!(statuses(&cells), [Resident, Evicted, Resident]);
+        assert_eq!(ledger.live_bytes(), 2000);
+        assert_eq!(budget.stats().offloads, 0);
+    }
+
+    #[test]
+    fn recomputation_ranks_before_an_offload_whatever_the_scores() {
+        let (ledger, budget, cells) = setup(&[(None, true), (Some(1e9), false)]);
+        budget.set_limit(Some(1500));
+        budget.enforce(ledger, None, 0);
+        assert_eq!(statuses(&cells), [Status::Resident, Status::Evicted]);
+    }
+
+    #[test]
+    fn offloads_are_read_in_one_batch() {
+        let (ledger, budget, cells) = setup(&[(None, true), (None, true), (None, true)]);
+        budget.set_limit(Some(1200));
+        budget.enforce(ledger, None, 0);
+        assert_eq!(ledger.live_bytes(), 1000);
+        let offloaded = statuses(&cells)
+            .iter()
+            .filter(|s| **s == Status::Offloaded)
+            .count();
+        assert_eq!(offloaded, 2);
+        assert_eq!(budget.stats().offload_batches, 1);
+    }
+
+    #[test]
+    fn a_budget_that_cannot_be_kept_fails_naming_the_figures() {
+        let (ledger, budget, _cells) = setup(&[(None, false), (None, false)]);
+        budget.set_limit(Some(1000));
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            budget.enforce(ledger, Some(float::op(float::Op::float_exp)), 2000)
+        }))
+        .expect_err("nothing can be evicted");
+        let message = panic.downcast_ref::<String>().expect("a formatted message");
+        assert!(
+            message.contains("1000 B on mock cannot be kept after float_exp"),
+            "{message}"
+        );
+        assert!(message.contains("1.95 KiB are live"), "{message}");
+        assert!(message.contains("Raise the budget"), "{message}");
+    }
+
+    #[test]
+    fn no_limit_means_no_eviction() {
+        let (ledger, budget, cells) = setup(&[(Some(1.0), true)]);
+        budget.enforce(ledger, None, 0);
+        assert_eq!(statuses(&cells), [Status::Resident]);
+    }
+}

@@ -1,0 +1,138 @@
+//! What the budget and checkpoint scopes did on one device: [`RematStats`] and the atomic
+//! counters behind it, both generated from one field list.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use serde::Serialize;
+
+/// Declares [`RematStats`], the [`Counter`] naming each field, and the arithmetic of
+/// [`RematStats::since`]: `event` fields count things that happened (subtracted), `level`
+/// fields are readings of a level (taken as they are now).
+macro_rules! remat_stats {
+    ($($(#[doc = $doc:literal])* $kind:ident $name:ident,)*) => {
+        /// Counters of what the budget and checkpoint scopes did on one device.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+        pub struct RematStats {
+            $($(#[doc = $doc])* pub $name: u64,)*
+        }
+
+        /// One field of [`RematStats`].
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Clone, Copy, Debug)]
+        pub(crate) enum Counter {
+            $($name,)*
+        }
+
+        const COUNTERS: usize = [$(stringify!($name)),*].len();
+
+        impl RematStats {
+            /// What happened since `start` (an earlier reading of the same device): every
+            /// counter as a difference; `host_bytes` and `peak_host_bytes` as they are now.
+            pub fn since(&self, start: &RematStats) -> RematStats {
+                RematStats {
+                    $($name: remat_stats!(@since $kind, self.$name, start.$name),)*
+                }
+            }
+
+            fn read(counters: &[AtomicU64; COUNTERS]) -> Self {
+                RematStats {
+                    $($name: counters[Counter::$name as usize].load(Relaxed),)*
+                }
+            }
+        }
+    };
+    (@since event, $now:expr, $start:expr) => { $now.saturating_sub($start) };
+    (@since level, $now:expr, $start:expr) => { $now };
+}
+
+remat_stats! {
+    /// Tensors evicted to be recomputed later (by the budget or a scope's end).
+    event evictions,
+    /// Bytes of those.
+    event evicted_bytes,
+    /// Evicted tensors recomputed when read.
+    event recomputes,
+    /// Bytes of those.
+    event recomputed_bytes,
+    /// Tensors copied to host memory.
+    event offloads,
+    /// Bytes of those.
+    event offloaded_bytes,
+    /// Offloaded tensors copied back when read.
+    event uploads,
+    /// Bytes of those.
+    event uploaded_bytes,
+    /// Bytes held in host memory now.
+    level host_bytes,
+    /// Highest `host_bytes`.
+    level peak_host_bytes,
+    /// Reads of offloaded tensors from the device, each a wait for its queue to drain (a
+    /// batch of offloads shares one).
+    event offload_batches,
+    /// Nanoseconds spent choosing tensors to evict.
+    event search_nanos,
+    /// Nanoseconds spent waiting for offloads to reach host memory.
+    event offload_nanos,
+    /// Nanoseconds spent handing host copies back to the device (the copies themselves may
+    /// run later, asynchronously).
+    event upload_nanos,
+    /// Tensors kept on the device in the 16-bit storage type (see
+    /// [`crate::memory::set_storage_precision`]).
+    event compressions,
+    /// Their bytes before compression (half of it was freed).
+    event compressed_bytes,
+    /// Compressed tensors cast back when read.
+    event decompressions,
+}
+
+/// The live counters of one device, one relaxed atomic per [`RematStats`] field.
+pub(crate) struct Counters([AtomicU64; COUNTERS]);
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl Counters {
+    /// Adds `n` to `counter`; returns its new value.
+    #[inline]
+    pub(crate) fn add(&self, counter: Counter, n: u64) -> u64 {
+        self.0[counter as usize].fetch_add(n, Relaxed) + n
+    }
+
+    /// Subtracts `n` from `counter`.
+    pub(crate) fn sub(&self, counter: Counter, n: u64) {
+        self.0[counter as usize].fetch_sub(n, Relaxed);
+    }
+
+    /// Raises `counter` to `value` if it is lower.
+    pub(crate) fn max(&self, counter: Counter, value: u64) {
+        self.0[counter as usize].fetch_max(value, Relaxed);
+    }
+
+    /// The counters as they are now.
+    pub(crate) fn read(&self) -> RematStats {
+        RematStats::read(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_subtracts_events_and_keeps_levels() {
+        let counters = Counters::default();
+        counters.add(Counter::evictions, 2);
+        counters.add(Counter::host_bytes, 100);
+        let start = counters.read();
+        counters.add(Counter::evictions, 3);
+        counters.sub(Counter::host_bytes, 40);
+        counters.max(Counter::peak_host_bytes, 100);
+        let delta = counters.read().since(&start);
+        assert_eq!(delta.evictions, 3);
+        assert_eq!(delta.host_bytes, 60);
+        assert_eq!(delta.peak_host_bytes, 100);
+    }
+}

@@ -1,0 +1,137 @@
+//! The methods of Burn's `FloatTensorOps`, in op-id order, in the signature language of
+//! [`crate::ops`]. Read twice: by `crate::op::declare_family!` for the ids and names, and by
+//! the forwarding macro of `crate::ops::float` for the implementations.
+
+/// Expands to `$callback! { $head... }` followed by the family's method list.
+macro_rules! float_methods {
+    ($callback:ident! { $($head:tt)* }) => {
+        $callback! {
+            $($head)*
+            family FloatTensorOps, module float, base FLOAT_BASE;
+            manual [float_device, float_into_data, float_to_device];
+            fn float_from_data(data: [TensorData], device: D) -> F;
+            fn float_random(shape: [Shape], distribution: [Distribution], device: D, dtype: [FloatDType]) -> F;
+            fn float_zeros(shape: [Shape], device: D, dtype: [FloatDType]) -> F;
+            fn float_ones(shape: [Shape], device: D, dtype: [FloatDType]) -> F;
+            fn float_full(shape: [Shape], fill_value: [Scalar], device: D, dtype: [FloatDType]) -> F;
+            fn float_into_int(tensor: F, out_dtype: [IntDType]) -> I;
+            fn float_empty(shape: [Shape], device: D, dtype: [FloatDType]) -> F;
+            fn float_repeat_dim(tensor: F, dim: [usize], times: [usize]) -> F;
+            fn float_add(lhs: F, rhs: F) -> F;
+            fn float_add_scalar(lhs: F, rhs: [Scalar]) -> F;
+            fn float_clamp_min(tensor: F, min: [Scalar]) -> F;
+            fn float_clamp_max(tensor: F, max: [Scalar]) -> F;
+            fn float_clamp(tensor: F, min: [Scalar], max: [Scalar]) -> F;
+            fn float_sub(lhs: F, rhs: F) -> F;
+            fn float_sub_scalar(lhs: F, rhs: [Scalar]) -> F;
+            fn float_mul(lhs: F, rhs: F) -> F;
+            fn float_mul_scalar(lhs: F, rhs: [Scalar]) -> F;
+            fn float_div(lhs: F, rhs: F) -> F;
+            fn float_div_scalar(lhs: F, rhs: [Scalar]) -> F;
+            fn float_remainder(lhs: F, rhs: F) -> F;
+            fn float_remainder_scalar(lhs: F, rhs: [Scalar]) -> F;
+            fn float_matmul(lhs: F, rhs: F) -> F;
+            fn float_cross(lhs: F, rhs: F, dim: [usize]) -> F;
+            fn float_neg(tensor: F) -> F;
+            fn float_recip(tensor: F) -> F;
+            fn float_flip(tensor: F, axes: [&[usize]]) -> F;
+            fn float_gather(dim: [usize], tensor: F, indices: I) -> F;
+            fn float_scatter_add(dim: [usize], tensor: F, indices: I, value: F) -> F;
+            fn float_scatter_nd(data: F, indices: I, values: F, reduction: [IndexingUpdateOp]) -> F;
+            fn float_gather_nd(data: F, indices: I) -> F;
+            fn float_select(tensor: F, dim: [usize], indices: I) -> F;
+            fn float_select_add(tensor: F, dim: [usize], indices: I, value: F) -> F;
+            fn float_slice_assign(tensor: F, slices: [&[Slice]], value: F) -> F;
+            fn float_mask_where(tensor: F, mask: Bo, value: F) -> F;
+            fn float_mask_fill(tensor: F, mask: Bo, value: [Scalar]) -> F;
+            fn float_equal(lhs: F, rhs: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_not_equal(lhs: F, rhs: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_equal_elem(lhs: F, rhs: [Scalar], out_dtype: [BoolDType]) -> Bo;
+            fn float_not_equal_elem(lhs: F, rhs: [Scalar], out_dtype: [BoolDType]) -> Bo;
+            fn float_greater(lhs: F, rhs: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_greater_elem(lhs: F, rhs: [Scalar], out_dtype: [BoolDType]) -> Bo;
+            fn float_greater_equal(lhs: F, rhs: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_greater_equal_elem(lhs: F, rhs: [Scalar], out_dtype: [BoolDType]) -> Bo;
+            fn float_lower(lhs: F, rhs: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_lower_elem(lhs: F, rhs: [Scalar], out_dtype: [BoolDType]) -> Bo;
+            fn float_lower_equal(lhs: F, rhs: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_lower_equal_elem(lhs: F, rhs: [Scalar], out_dtype: [BoolDType]) -> Bo;
+            fn float_is_require_grad(tensor: RF) -> [bool];
+            fn float_sum(tensor: F) -> F;
+            fn float_sum_dim(tensor: F, dim: [usize]) -> F;
+            fn float_prod(tensor: F) -> F;
+            fn float_prod_dim(tensor: F, dim: [usize]) -> F;
+            fn float_mean(tensor: F) -> F;
+            fn float_mean_dim(tensor: F, dim: [usize]) -> F;
+            fn float_cumsum(tensor: F, dim: [usize]) -> F;
+            fn float_cumprod(tensor: F, dim: [usize]) -> F;
+            fn float_cummin(tensor: F, dim: [usize]) -> F;
+            fn float_cummax(tensor: F, dim: [usize]) -> F;
+            fn float_cast(tensor: F, dtype: [FloatDType]) -> F via float_cast;
+            fn float_exp(tensor: F) -> F;
+            fn float_log(tensor: F) -> F;
+            fn float_log1p(tensor: F) -> F;
+            fn float_powf(lhs: F, rhs: F) -> F;
+            fn float_powi(lhs: F, rhs: I) -> F;
+            fn float_powi_scalar(lhs: F, rhs: [Scalar]) -> F;
+            fn float_powi_scalar_impl(lhs: F, rhs: [Scalar]) -> F;
+            fn float_powf_scalar(tensor: F, value: [Scalar]) -> F;
+            fn float_powf_scalar_impl(tensor: F, value: [Scalar]) -> F;
+            fn float_sqrt(tensor: F) -> F;
+            fn float_abs(tensor: F) -> F;
+            fn float_cos(tensor: F) -> F;
+            fn float_sin(tensor: F) -> F;
+            fn float_tan(tensor: F) -> F;
+            fn float_cosh(tensor: F) -> F;
+            fn float_sinh(tensor: F) -> F;
+            fn float_tanh(tensor: F) -> F;
+            fn float_acos(tensor: F) -> F;
+            fn float_acosh(tensor: F) -> F;
+            fn float_asin(tensor: F) -> F;
+            fn float_asinh(tensor: F) -> F;
+            fn float_atan(tensor: F) -> F;
+            fn float_atanh(tensor: F) -> F;
+            fn float_atan2(lhs: F, rhs: F) -> F;
+            fn float_round(tensor: F) -> F;
+            fn float_floor(tensor: F) -> F;
+            fn float_ceil(tensor: F) -> F;
+            fn float_trunc(tensor: F) -> F;
+            fn float_erf(tensor: F) -> F;
+            fn float_cat(tensors: VF, dim: [usize]) -> F;
+            fn float_argmax(tensor: F, dim: [usize], out_dtype: [IntDType]) -> I;
+            fn float_argtopk(tensor: F, dim: [usize], k: [usize], out_dtype: [IntDType]) -> I;
+            fn float_topk(tensor: F, dim: [usize], k: [usize]) -> F;
+            fn float_argmin(tensor: F, dim: [usize], out_dtype: [IntDType]) -> I;
+            fn float_max(tensor: F) -> F;
+            fn float_max_dim(tensor: F, dim: [usize]) -> F;
+            fn float_max_dim_with_indices(tensor: F, dim: [usize], indices_dtype: [IntDType]) -> (F, I);
+            fn float_min(tensor: F) -> F;
+            fn float_min_dim(tensor: F, dim: [usize]) -> F;
+            fn float_min_dim_with_indices(tensor: F, dim: [usize], indices_dtype: [IntDType]) -> (F, I);
+            fn float_max_abs(tensor: F) -> F;
+            fn float_max_abs_dim(tensor: F, dim: [usize]) -> F;
+            fn float_any(tensor: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_any_dim(tensor: F, dim: [usize], out_dtype: [BoolDType]) -> Bo;
+            fn float_all(tensor: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_all_dim(tensor: F, dim: [usize], out_dtype: [BoolDType]) -> Bo;
+            fn float_sign(tensor: F) -> F;
+            fn float_sort(tensor: F, dim: [usize], descending: [bool]) -> F;
+            fn float_sort_with_indices(tensor: F, dim: [usize], descending: [bool], indices_dtype: [IntDType]) -> (F, I);
+            fn float_argsort(tensor: F, dim: [usize], descending: [bool], out_dtype: [IntDType]) -> I;
+            fn float_grid_sample_2d(tensor: F, grid: F, options: [GridSampleOptions]) -> F;
+            fn float_unfold(tensor: F, dim: [usize], size: [usize], step: [usize]) -> F;
+            fn float_is_nan(tensor: F, out_dtype: [BoolDType]) -> Bo;
+            fn float_is_inf(tensor: F, out_dtype: [BoolDType]) -> Bo;
+            views:
+            fn float_transpose(tensor: F) -> F;
+            fn float_swap_dims(tensor: F, dim1: [usize], dim2: [usize]) -> F;
+            fn float_permute(tensor: F, axes: [&[usize]]) -> F;
+            fn float_reshape(tensor: F, shape: [Shape]) -> F;
+            fn float_slice(tensor: F, slices: [&[Slice]]) -> F;
+            fn float_detach(tensor: F) -> F;
+            fn float_set_require_grad(tensor: F, require_grad: [bool]) -> F;
+            fn float_expand(tensor: F, shape: [Shape]) -> F;
+        }
+    };
+}
+pub(crate) use float_methods;

@@ -1,0 +1,137 @@
+//! Conversions between Frugal's and the inner backend's composite types (tensor primitives,
+//! quantization parameters, pooling outputs), used by the forwarding macro, and autocast's cast.
+
+use burn_backend::{
+    Backend, DType, TensorMetadata, TensorPrimitive,
+    ops::{MaxPool1dBackward, MaxPool1dWithIndices, MaxPool2dBackward, MaxPool2dWithIndices},
+    quantization::QuantizationParametersPrimitive,
+};
+use burn_std::FloatDType;
+
+use crate::backend::Frugal;
+use crate::device::DeviceState;
+use crate::op::OpId;
+use crate::remat::{FloatKind, IntKind, Kind, QuantKind};
+use crate::tensor::{FrugalTensor, Keep};
+
+pub(crate) fn split_primitive<B: Backend>(
+    tensor: TensorPrimitive<Frugal<B>>,
+) -> (TensorPrimitive<B>, Keep) {
+    match tensor {
+        TensorPrimitive::Float(t) => {
+            let (inner, keep) = t.split();
+            (TensorPrimitive::Float(inner), keep)
+        }
+        TensorPrimitive::QFloat(t) => {
+            let (inner, keep) = t.split();
+            (TensorPrimitive::QFloat(inner), keep)
+        }
+    }
+}
+
+pub(crate) fn primitive_state<B: Backend>(
+    tensor: &TensorPrimitive<Frugal<B>>,
+) -> &'static DeviceState {
+    match tensor {
+        TensorPrimitive::Float(t) => t.state(),
+        TensorPrimitive::QFloat(t) => t.state(),
+    }
+}
+
+pub(crate) fn split_qparams<B: Backend>(
+    qparams: QuantizationParametersPrimitive<Frugal<B>>,
+) -> (QuantizationParametersPrimitive<B>, Keep) {
+    let (scales, keep) = qparams.scales.split();
+    (QuantizationParametersPrimitive { scales }, keep)
+}
+
+pub(crate) fn track_opt<B: Backend, K: Kind<B>>(
+    tensor: Option<K::Prim>,
+    state: &'static DeviceState,
+    op: OpId,
+) -> Option<FrugalTensor<K::Prim>> {
+    tensor.map(|t| FrugalTensor::track::<B, K>(t, state, op))
+}
+
+pub(crate) fn track_primitive<B: Backend>(
+    tensor: TensorPrimitive<B>,
+    state: &'static DeviceState,
+    op: OpId,
+) -> TensorPrimitive<Frugal<B>> {
+    match tensor {
+        TensorPrimitive::Float(t) => {
+            TensorPrimitive::Float(FrugalTensor::track::<B, FloatKind>(t, state, op))
+        }
+        TensorPrimitive::QFloat(t) => {
+            TensorPrimitive::QFloat(FrugalTensor::track::<B, QuantKind>(t, state, op))
+        }
+    }
+}
+
+pub(crate) fn track_max_pool1d<B: Backend>(
+    out: MaxPool1dWithIndices<B>,
+    state: &'static DeviceState,
+    op: OpId,
+) -> MaxPool1dWithIndices<Frugal<B>> {
+    MaxPool1dWithIndices::new(
+        FrugalTensor::track::<B, FloatKind>(out.output, state, op),
+        FrugalTensor::track::<B, IntKind>(out.indices, state, op),
+    )
+}
+
+pub(crate) fn track_max_pool2d<B: Backend>(
+    out: MaxPool2dWithIndices<B>,
+    state: &'static DeviceState,
+    op: OpId,
+) -> MaxPool2dWithIndices<Frugal<B>> {
+    MaxPool2dWithIndices::new(
+        FrugalTensor::track::<B, FloatKind>(out.output, state, op),
+        FrugalTensor::track::<B, IntKind>(out.indices, state, op),
+    )
+}
+
+pub(crate) fn track_max_pool1d_backward<B: Backend>(
+    out: MaxPool1dBackward<B>,
+    state: &'static DeviceState,
+    op: OpId,
+) -> MaxPool1dBackward<Frugal<B>> {
+    MaxPool1dBackward::new(FrugalTensor::track::<B, FloatKind>(out.x_grad, state, op))
+}
+
+pub(crate) fn track_max_pool2d_backward<B: Backend>(
+    out: MaxPool2dBackward<B>,
+    state: &'static DeviceState,
+    op: OpId,
+) -> MaxPool2dBackward<Frugal<B>> {
+    MaxPool2dBackward::new(FrugalTensor::track::<B, FloatKind>(out.x_grad, state, op))
+}
+
+pub(crate) fn track_deform_conv2d_backward<B: Backend>(
+    out: burn_backend::ops::DeformConv2dBackward<B>,
+    state: &'static DeviceState,
+    op: OpId,
+) -> burn_backend::ops::DeformConv2dBackward<Frugal<B>> {
+    burn_backend::ops::DeformConv2dBackward::new(
+        FrugalTensor::track::<B, FloatKind>(out.x_grad, state, op),
+        FrugalTensor::track::<B, FloatKind>(out.offset_grad, state, op),
+        FrugalTensor::track::<B, FloatKind>(out.weight_grad, state, op),
+        track_opt::<B, FloatKind>(out.mask_grad, state, op),
+        track_opt::<B, FloatKind>(out.bias_grad, state, op),
+    )
+}
+
+/// `tensor` cast to `dtype` through Frugal's own `float_cast` (charged and recorded like any
+/// op), or unchanged if it already has that type.
+#[inline]
+pub(crate) fn cast_to<B: Backend>(
+    tensor: burn_backend::tensor::FloatTensor<Frugal<B>>,
+    dtype: DType,
+) -> burn_backend::tensor::FloatTensor<Frugal<B>> {
+    if tensor.dtype() == dtype {
+        return tensor;
+    }
+    <Frugal<B> as burn_backend::ops::FloatTensorOps<Frugal<B>>>::float_cast(
+        tensor,
+        FloatDType::from(dtype),
+    )
+}

@@ -1,0 +1,136 @@
+//! The four tensor kinds a cell can hold, and the batch that offloads them to host memory.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use burn_backend::ops::TransactionPrimitive;
+use burn_backend::{Backend, DType, TensorData, TensorMetadata};
+
+use super::CellDyn;
+use crate::engine::HostBatch;
+
+/// Which of the backend's four tensor kinds a cell holds, with the calls needed to move it to
+/// the host and back.
+pub(crate) trait Kind<B: Backend>: Send + Sync + 'static {
+    type Prim: TensorMetadata + Clone + Send + Sync + 'static;
+    fn device(tensor: &Self::Prim) -> B::Device;
+    fn from_host(data: TensorData, device: &B::Device) -> Self::Prim;
+    /// Adds `tensor` to a transaction's reads; the slot says where its data comes back.
+    fn push_read(tensor: Self::Prim, transaction: &mut TransactionPrimitive<B>) -> ReadSlot;
+    /// Whether tensors of this kind can be stored compressed (float kinds only).
+    const COMPRESSIBLE: bool;
+    /// `tensor` cast to the storage type `low` (only called when `COMPRESSIBLE`).
+    fn compress(tensor: Self::Prim, low: DType) -> Self::Prim;
+    /// A compressed tensor cast back to its type `dtype`.
+    fn decompress(tensor: Self::Prim, dtype: DType) -> Self::Prim;
+}
+
+/// Where one tensor's data is in a transaction's result.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReadSlot {
+    Float(usize),
+    Int(usize),
+    Bool(usize),
+    Quantized(usize),
+}
+
+macro_rules! kinds {
+    ($($kind:ident: $prim:ident, $device:ident, $from:ident, $reads:ident, $slot:ident, $cast:ident;)*) => {$(
+        pub(crate) struct $kind;
+        impl<B: Backend> Kind<B> for $kind {
+            type Prim = B::$prim;
+            fn device(tensor: &Self::Prim) -> B::Device {
+                B::$device(tensor)
+            }
+            fn from_host(data: TensorData, device: &B::Device) -> Self::Prim {
+                B::$from(data, device)
+            }
+            fn push_read(
+                tensor: Self::Prim,
+                transaction: &mut TransactionPrimitive<B>,
+            ) -> ReadSlot {
+                transaction.$reads.push(tensor);
+                ReadSlot::$slot(transaction.$reads.len() - 1)
+            }
+            const COMPRESSIBLE: bool = kinds!(@compressible $cast);
+            fn compress(tensor: Self::Prim, low: DType) -> Self::Prim {
+                kinds!(@cast $cast, tensor, low)
+            }
+            fn decompress(tensor: Self::Prim, dtype: DType) -> Self::Prim {
+                kinds!(@cast $cast, tensor, dtype)
+            }
+        }
+    )*};
+    (@compressible none) => { false };
+    (@compressible $cast:ident) => { true };
+    (@cast none, $t:ident, $d:ident) => {{
+        let _ = $d;
+        $t
+    }};
+    (@cast $cast:ident, $t:ident, $d:ident) => {
+        $crate::kernels::cast_for::<B>(
+            $t,
+            burn_std::FloatDType::from($d),
+            $crate::kernels::CastPurpose::Storage,
+        )
+    };
+}
+
+kinds! {
+    FloatKind: FloatTensorPrimitive, float_device, float_from_data, read_floats, Float, float_cast;
+    IntKind: IntTensorPrimitive, int_device, int_from_data, read_ints, Int, none;
+    BoolKind: BoolTensorPrimitive, bool_device, bool_from_data, read_bools, Bool, none;
+    QuantKind: QuantizedTensorPrimitive, q_device, q_from_data, read_qfloats, Quantized, none;
+}
+
+/// A [`HostBatch`] of backend `B`: one transaction reading every tensor added to it.
+pub(crate) struct HostBatchOf<B: Backend> {
+    pub(crate) transaction: TransactionPrimitive<B>,
+    pub(crate) pending: Vec<(Arc<dyn CellDyn>, ReadSlot)>,
+}
+
+impl<B: Backend> HostBatchOf<B> {
+    pub(crate) fn new() -> Self {
+        Self {
+            transaction: TransactionPrimitive::new(Vec::new(), Vec::new(), Vec::new(), Vec::new()),
+            pending: Vec::new(),
+        }
+    }
+}
+
+impl<B: Backend + 'static> HostBatch for HostBatchOf<B> {
+    fn as_any(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn finish(self: Box<Self>) -> usize {
+        let this = *self;
+        let count = this.pending.len();
+        if count == 0 {
+            return 0;
+        }
+        let data =
+            burn_std::future::block_on(B::tr_execute(this.transaction)).unwrap_or_else(|err| {
+                panic!("frugal: offloading tensors to host memory failed: {err:?}")
+            });
+        let mut lists = [
+            data.read_floats.into_iter().map(Some).collect::<Vec<_>>(),
+            data.read_ints.into_iter().map(Some).collect(),
+            data.read_bools.into_iter().map(Some).collect(),
+            data.read_qfloats.into_iter().map(Some).collect(),
+        ];
+        for (cell, slot) in this.pending {
+            let (list, index) = match slot {
+                ReadSlot::Float(i) => (0, i),
+                ReadSlot::Int(i) => (1, i),
+                ReadSlot::Bool(i) => (2, i),
+                ReadSlot::Quantized(i) => (3, i),
+            };
+            let data = lists[list][index]
+                .take()
+                .expect("frugal: internal error: a transaction read came back short");
+            cell.finish_offload(data);
+        }
+        count
+    }
+}

@@ -1,0 +1,72 @@
+//! Layer 2, the CubeCL runtimes this build knows (features `cuda`, `wgpu`, `frugal-cuda`):
+//! the one place that lists them, for the code that finds a CubeCL primitive or device behind
+//! a generic type, and the device pool's own figures.
+//!
+//! Owns: the runtime list ([`each_runtime!`]) and [`pool_usage`]. Imports nothing from the
+//! crate. Reading a pool is a blocking round trip to the device server, so it is done only
+//! when a report asks for it, never per op.
+
+use serde::Serialize;
+
+/// What a CubeCL device pool reports about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PoolUsage {
+    /// Bytes of live allocations, without padding.
+    pub bytes_in_use: u64,
+    /// Bytes of padding inside live allocations.
+    pub bytes_padding: u64,
+    /// Bytes the pool holds from the device, used or not.
+    pub bytes_reserved: u64,
+    /// Number of live allocations.
+    pub allocations: u64,
+}
+
+/// Calls `$f::<R>(args)` for each CubeCL runtime whose kernels this build runs (features
+/// `cuda`, `wgpu`), in that order, and returns the first `Some` (`None` if none matched or no
+/// runtime is built in). `$f` typically downcasts a `dyn Any` to one of `R`'s types.
+macro_rules! each_runtime {
+    ($f:ident($($arg:expr),* $(,)?)) => {{
+        #[allow(unused_mut)]
+        let mut found = None;
+        #[cfg(feature = "cuda")]
+        if found.is_none() {
+            found = $f::<cubecl::cuda::CudaRuntime>($($arg),*);
+        }
+        #[cfg(feature = "wgpu")]
+        if found.is_none() {
+            found = $f::<cubecl::wgpu::WgpuRuntime>($($arg),*);
+        }
+        #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+        let _ = ($(&$arg),*);
+        found
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use each_runtime;
+
+/// Reads the pool of `device` if its type belongs to a CubeCL runtime this build knows
+/// (features `cuda`, `wgpu`, `frugal-cuda`: for the latter, `bytes_reserved` is
+/// its allocator's); `None` for other devices (NdArray, Flex, ...).
+pub fn pool_usage<D: 'static>(device: &D) -> Option<PoolUsage> {
+    #[allow(unused_variables)]
+    let any = device as &dyn std::any::Any;
+    // frugal-cuda's device is a type of its own; Frugal's kernels do not run on its runtime
+    // yet, so it is listed here rather than in `each_runtime!`.
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(usage) = read::<frugal_cuda::FrugalCudaRuntime>(any) {
+        return Some(usage);
+    }
+    each_runtime!(read(any))
+}
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+fn read<R: cubecl::Runtime>(any: &dyn std::any::Any) -> Option<PoolUsage> {
+    let device = any.downcast_ref::<R::Device>()?;
+    let usage = R::client(device).memory_usage().ok()?;
+    Some(PoolUsage {
+        bytes_in_use: usage.bytes_in_use,
+        bytes_padding: usage.bytes_padding,
+        bytes_reserved: usage.bytes_reserved,
+        allocations: usage.number_allocs,
+    })
+}
