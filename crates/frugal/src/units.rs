@@ -70,20 +70,15 @@ pub(crate) fn tensor_bytes(shape: &Shape, dtype: DType) -> u64 {
     }
 }
 
-/// Formats bytes with binary units, e.g. `1.50 GiB`.
+/// Formats bytes with binary units and two decimals, e.g. `1.50 GiB` (`512 B` below a KiB),
+/// as `torch.cuda.memory_summary` prints them.
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
+    // Whole bytes need no decimals (humansize would print `512.00 B`).
+    if bytes < 1024 {
+        return format!("{bytes} B");
     }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.2} {}", UNITS[unit])
-    }
+    let options = humansize::BINARY.decimal_places(2).decimal_zeroes(2);
+    humansize::format_size(bytes, options)
 }
 
 /// Error from [`parse_bytes`].
@@ -134,4 +129,28 @@ pub fn parse_bytes(input: &str) -> Result<u64, ParseBytesError> {
         return Err(error());
     }
     Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_print_in_binary_units_with_two_decimals() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1024), "1.00 KiB");
+        assert_eq!(format_bytes(1536), "1.50 KiB");
+        assert_eq!(format_bytes(21_410_000), "20.42 MiB");
+        assert_eq!(format_bytes(5 << 30), "5.00 GiB");
+    }
+
+    #[test]
+    fn byte_sizes_parse_in_both_unit_systems() {
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("1.5 GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("123456"), Ok(123456));
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("2 apples").is_err());
+    }
 }

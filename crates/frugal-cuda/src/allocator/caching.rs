@@ -232,32 +232,31 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.queue.clone()
     }
 
-    /// Allocates `size` bytes (rounded by [`round_size`]): from the cache by best fit if a free
-    /// block fits, else by growing. If growing hits the cap or the device is out of memory, it
-    /// releases cached segments and retries; if that fails too it calls the out-of-memory
-    /// handler, and if the handler freed something, it applies queued frees, releases cached
-    /// segments and tries once more before returning [`AllocError::OutOfMemory`].
+    /// Allocates `size` bytes (rounded by [`round_size`]), climbing one ladder until a rung
+    /// gives a block, as `malloc` in PyTorch's caching allocator does:
+    /// 1. a free block of the request's pool, by best fit;
+    /// 2. a new segment;
+    /// 3. after releasing the cached (unused) segments of every pool, a new segment;
+    /// 4. a free block of any pool;
+    /// 5. the out-of-memory handler, if one is installed and frees something: queued frees
+    ///    applied, then rungs 1, 3 (releasing unconditionally), 4 and 2 once more;
+    /// 6. [`AllocError::OutOfMemory`], naming the rung's reason (cap or device).
     pub fn alloc(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
         self.flush();
         let rounded = round_size(size).ok_or(AllocError::SizeOverflow { requested: size })?;
         let pool = self.pool_for(rounded);
+        let mut reason = OomReason::Device;
         if let Some(handle) = self.alloc_from_cache(pool, rounded) {
             return Ok(handle);
         }
-        let mut reason = match self.grow(pool, rounded) {
-            Ok(handle) => return Ok(handle),
-            Err(GrowError::Device(e)) => return Err(e.into()),
-            Err(GrowError::Cap) => OomReason::Cap,
-            Err(GrowError::DeviceOom) => OomReason::Device,
-        };
+        if let Some(handle) = self.try_grow(pool, rounded, &mut reason)? {
+            return Ok(handle);
+        }
         // Memory cached in unused segments (of either pool) may be what is missing.
-        if self.release_cached()? > 0 {
-            match self.grow(pool, rounded) {
-                Ok(handle) => return Ok(handle),
-                Err(GrowError::Device(e)) => return Err(e.into()),
-                Err(GrowError::Cap) => reason = OomReason::Cap,
-                Err(GrowError::DeviceOom) => reason = OomReason::Device,
-            }
+        if self.release_cached()? > 0
+            && let Some(handle) = self.try_grow(pool, rounded, &mut reason)?
+        {
+            return Ok(handle);
         }
         // Free memory of the other pools (a hole in a huge segment, a large block for a small
         // request) is better than failing: pools separate sizes to limit fragmentation, not
@@ -265,34 +264,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if let Some(handle) = self.alloc_from_any_pool(rounded) {
             return Ok(handle);
         }
-        if self.handler.is_some() {
-            let info = OomInfo {
-                requested: size,
-                rounded,
-                pool,
-                reason,
-                stats: self.stats(),
-            };
-            self.st.oom_handler_calls += 1;
-            let freed = match self.handler.as_mut() {
-                Some(handler) => handler(&info),
-                None => false,
-            };
-            if freed {
-                self.flush();
-                if let Some(handle) = self.alloc_from_cache(pool, rounded) {
-                    return Ok(handle);
-                }
-                self.release_cached()?;
-                if let Some(handle) = self.alloc_from_any_pool(rounded) {
-                    return Ok(handle);
-                }
-                match self.grow(pool, rounded) {
-                    Ok(handle) => return Ok(handle),
-                    Err(GrowError::Device(e)) => return Err(e.into()),
-                    Err(GrowError::Cap) => reason = OomReason::Cap,
-                    Err(GrowError::DeviceOom) => reason = OomReason::Device,
-                }
+        if self.ask_oom_handler(size, rounded, pool, reason) {
+            self.flush();
+            if let Some(handle) = self.alloc_from_cache(pool, rounded) {
+                return Ok(handle);
+            }
+            self.release_cached()?;
+            if let Some(handle) = self.alloc_from_any_pool(rounded) {
+                return Ok(handle);
+            }
+            if let Some(handle) = self.try_grow(pool, rounded, &mut reason)? {
+                return Ok(handle);
             }
         }
         self.st.oom_count += 1;
@@ -306,6 +288,45 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             allocated: self.st.allocated_bytes,
             largest_free_block: self.largest_free(pool),
         })
+    }
+
+    /// Rungs 2 and 3 of [`Self::alloc`]: a new segment, or `None` with `reason` set to what
+    /// refused it.
+    fn try_grow(
+        &mut self,
+        pool: Pool,
+        rounded: u64,
+        reason: &mut OomReason,
+    ) -> Result<Option<BlockHandle>, AllocError> {
+        match self.grow(pool, rounded) {
+            Ok(handle) => Ok(Some(handle)),
+            Err(GrowError::Device(e)) => Err(e.into()),
+            Err(GrowError::Cap) => {
+                *reason = OomReason::Cap;
+                Ok(None)
+            }
+            Err(GrowError::DeviceOom) => {
+                *reason = OomReason::Device;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Rung 5 of [`Self::alloc`]: calls the out-of-memory handler, if any; whether it freed
+    /// memory.
+    fn ask_oom_handler(&mut self, size: u64, rounded: u64, pool: Pool, reason: OomReason) -> bool {
+        if self.handler.is_none() {
+            return false;
+        }
+        let info = OomInfo {
+            requested: size,
+            rounded,
+            pool,
+            reason,
+            stats: self.stats(),
+        };
+        self.st.oom_handler_calls += 1;
+        self.handler.as_mut().is_some_and(|handler| handler(&info))
     }
 
     /// Allocates `size` bytes only if a cached free block fits, never calling the device:

@@ -178,10 +178,12 @@ pub struct OomInfo {
     pub stats: Stats,
 }
 
-/// The out-of-memory handler: called once per failing allocation, after the allocator has
-/// released its own cached segments. Return `true` if memory was freed (for example Frugal's
-/// budget evicted tensors and pushed their blocks onto the [`FreeQueue`]), and the allocator
-/// tries once more; `false` makes the allocation fail.
+/// The out-of-memory handler: called once per failing allocation, with what was asked and
+/// why it failed, after the allocator has released its own cached segments and looked in
+/// every pool. Return `true` if the handler freed device memory (for example by dropping
+/// tensors its owner can recompute, with their blocks pushed onto the [`FreeQueue`]): the
+/// allocator then applies the queued frees and tries once more. `false` makes the allocation
+/// fail with [`AllocError::OutOfMemory`]. Nothing in Frugal installs one yet.
 pub type OomHandler = Box<dyn FnMut(&OomInfo) -> bool + Send>;
 
 /// Errors of the allocator. Nothing it is given makes it panic; bad input ends here.

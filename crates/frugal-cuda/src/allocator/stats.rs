@@ -130,15 +130,8 @@ pub struct Snapshot {
 
 /// Formats a byte count for messages: `1.50 GiB`, `20.00 MiB`, `512 B`.
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
+    match bytes {
+        0..1024 => format!("{bytes} B"),
+        _ => humansize::format_size(bytes, humansize::BINARY.decimal_places(2).decimal_zeroes(2)),
     }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.2} {}", UNITS[unit])
 }
