@@ -149,53 +149,101 @@ impl KernelsArg {
     }
 }
 
-const CONFIGS: [&str; 18] = [
-    "plain",
-    "frugal",
-    "frugal-scopes",
-    "budget-1/2",
-    "budget-1/3",
-    "budget-1/4",
-    "budget-1/2-scopes",
-    "budget-1/3-scopes",
-    "budget-1/4-scopes",
-    "burn-balanced",
-    "bf16",
-    "bf16-scopes",
-    "bf16-budget-1/3",
-    "bf16-store-budget-1/3",
-    "store-budget-1/3",
-    "bf16-lowout",
-    "bf16-lowout-scopes",
-    "bf16-lowout-store-budget-1/3",
+/// Which autodiff backend a configuration runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum System {
+    /// `Autodiff<B>`.
+    Plain,
+    /// Burn's own `Autodiff<B, BalancedCheckpointing>`.
+    BurnBalanced,
+    /// `Autodiff<Frugal<B>>`.
+    Frugal,
+}
+
+/// A named configuration (see `--configs`), read from [`CONFIGS`] once by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Config {
+    name: &'static str,
+    system: System,
+    /// Each block in a checkpoint scope.
+    scopes: bool,
+    /// A budget of this fraction (numerator, denominator) of the `frugal` configuration's peak.
+    budget: Option<(u64, u64)>,
+    /// Matrix products in bf16 (Frugal's autocast).
+    autocast: bool,
+    /// Autocast leaves products in bf16, as PyTorch's does.
+    low_outputs: bool,
+    /// The budget may store evicted tensors in bf16.
+    store_bf16: bool,
+}
+
+const fn frugal(name: &'static str, scopes: bool, budget: Option<(u64, u64)>) -> Config {
+    Config {
+        name,
+        system: System::Frugal,
+        scopes,
+        budget,
+        autocast: false,
+        low_outputs: false,
+        store_bf16: false,
+    }
+}
+
+const fn bf16(mut config: Config, low_outputs: bool) -> Config {
+    config.autocast = true;
+    config.low_outputs = low_outputs;
+    config
+}
+
+const fn store(mut config: Config) -> Config {
+    config.store_bf16 = true;
+    config
+}
+
+const THIRD: Option<(u64, u64)> = Some((1, 3));
+
+/// Every configuration the bench knows.
+const CONFIGS: [Config; 18] = [
+    Config {
+        system: System::Plain,
+        ..frugal("plain", false, None)
+    },
+    frugal("frugal", false, None),
+    frugal("frugal-scopes", true, None),
+    frugal("budget-1/2", false, Some((1, 2))),
+    frugal("budget-1/3", false, THIRD),
+    frugal("budget-1/4", false, Some((1, 4))),
+    frugal("budget-1/2-scopes", true, Some((1, 2))),
+    frugal("budget-1/3-scopes", true, THIRD),
+    frugal("budget-1/4-scopes", true, Some((1, 4))),
+    Config {
+        system: System::BurnBalanced,
+        ..frugal("burn-balanced", false, None)
+    },
+    bf16(frugal("bf16", false, None), false),
+    bf16(frugal("bf16-scopes", true, None), false),
+    bf16(frugal("bf16-budget-1/3", false, THIRD), false),
+    store(bf16(frugal("bf16-store-budget-1/3", false, THIRD), false)),
+    store(frugal("store-budget-1/3", false, THIRD)),
+    bf16(frugal("bf16-lowout", false, None), true),
+    bf16(frugal("bf16-lowout-scopes", true, None), true),
+    store(bf16(
+        frugal("bf16-lowout-store-budget-1/3", false, THIRD),
+        true,
+    )),
 ];
 
-/// Whether an autocast configuration leaves products in bf16 (PyTorch's autocast).
-fn low_outputs(name: &str) -> bool {
-    name.contains("lowout")
-}
-
-/// Whether a configuration computes matrix products in bf16 (Frugal's autocast).
-fn autocast(name: &str) -> bool {
-    name.starts_with("bf16")
-}
-
-/// Whether a configuration lets the budget store evicted tensors in bf16.
-fn stores_bf16(name: &str) -> bool {
-    name.contains("store-")
-}
-
-/// The fraction of the unconstrained peak that a budget configuration may use.
-fn budget_fraction(name: &str) -> Option<(u64, u64)> {
-    let fraction = &name[name.find("budget-")? + "budget-".len()..];
-    let fraction = fraction.strip_suffix("-scopes").unwrap_or(fraction);
-    let (num, den) = fraction.split_once('/')?;
-    Some((num.parse().ok()?, den.parse().ok()?))
-}
-
-/// Whether a configuration runs each block in a checkpoint scope.
-fn scoped(name: &str) -> bool {
-    name.ends_with("-scopes")
+impl Config {
+    /// The configuration called `name`, or an error listing the known names.
+    fn named(name: &str) -> Result<&'static Config, String> {
+        CONFIGS.iter().find(|c| c.name == name).ok_or_else(|| {
+            let known: Vec<_> = CONFIGS.iter().map(|c| c.name).collect();
+            format!(
+                "unknown configuration {name:?}; known: {}",
+                known.join(", ")
+            )
+        })
+    }
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -332,7 +380,7 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs one configuration in this (child) process and prints its JSON line; a panic, on this
 /// thread or a backend's, is printed as a failure line and ends the process with status 1.
-fn child(only: &str, args: &Args) {
+fn child(only: &Config, args: &Args) {
     use std::sync::{Arc, Mutex};
     let first_panic = Arc::new(Mutex::new(None::<String>));
     let sink = first_panic.clone();
@@ -384,9 +432,9 @@ fn child(only: &str, args: &Args) {
     let failure = Failure {
         system: "burn",
         device: args.device,
-        config: only,
+        config: only.name,
         budget_bytes: args.budget_bytes,
-        checkpoint_blocks: scoped(only),
+        checkpoint_blocks: only.scopes,
         error,
     };
     println!("{}", serde_json::to_string(&failure).unwrap());
@@ -397,7 +445,7 @@ fn child(only: &str, args: &Args) {
 /// panic message from stderr, else its exit status.
 fn failure_from_stderr(
     args: &Args,
-    name: &str,
+    config: &Config,
     budget: Option<u64>,
     status: std::process::ExitStatus,
     stderr: &str,
@@ -417,9 +465,9 @@ fn failure_from_stderr(
     let failure = Failure {
         system: "burn",
         device: args.device,
-        config: name,
+        config: config.name,
         budget_bytes: budget,
-        checkpoint_blocks: scoped(name),
+        checkpoint_blocks: config.scopes,
         error: panic.unwrap_or_else(|| format!("the child process ended with {status}")),
     };
     serde_json::to_value(&failure).unwrap()
@@ -434,22 +482,22 @@ fn main() {
         );
         std::process::exit(2);
     }
-    let names: Vec<String> = args
+    let configs: Vec<&'static Config> = args
         .configs
         .split(',')
-        .map(|s| s.trim().to_string())
+        .map(|s| {
+            Config::named(s.trim()).unwrap_or_else(|e| {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            })
+        })
         .collect();
-    for name in &names {
-        if !CONFIGS.contains(&name.as_str()) {
-            eprintln!(
-                "error: unknown configuration {name:?}; known: {}",
-                CONFIGS.join(", ")
-            );
-            std::process::exit(2);
-        }
-    }
     if let Some(only) = &args.only {
-        child(only, &args);
+        let config = Config::named(only).unwrap_or_else(|e| {
+            eprintln!("error: --only: {e}");
+            std::process::exit(2);
+        });
+        child(config, &args);
         return;
     }
     let built = match args.device {
@@ -480,17 +528,17 @@ fn main() {
 
     // Parent: one child process per configuration and repeat. The budgets need frugal's peak
     // first: run frugal before the first budget configuration, adding it if not asked for.
-    let mut names = names;
-    if let Some(first_budget) = names.iter().position(|n| budget_fraction(n).is_some()) {
-        match names.iter().position(|n| n == "frugal") {
+    let mut configs = configs;
+    if let Some(first_budget) = configs.iter().position(|c| c.budget.is_some()) {
+        match configs.iter().position(|c| c.name == "frugal") {
             Some(at) if at < first_budget => {}
             Some(at) => {
-                let frugal = names.remove(at);
-                names.insert(first_budget, frugal);
+                let frugal = configs.remove(at);
+                configs.insert(first_budget, frugal);
             }
             None => {
                 eprintln!("note: running frugal too, as the reference peak for the budgets");
-                names.insert(first_budget, "frugal".to_string());
+                configs.insert(first_budget, Config::named("frugal").expect("known"));
             }
         }
     }
@@ -498,13 +546,14 @@ fn main() {
     let mut lines: Vec<serde_json::Value> = Vec::new();
     let mut reference_peak: Option<u64> = None;
     for repeat in 0..args.repeats {
-        let order: Vec<&String> = if repeat % 2 == 0 {
-            names.iter().collect()
+        let order: Vec<&Config> = if repeat % 2 == 0 {
+            configs.to_vec()
         } else {
-            names.iter().rev().collect()
+            configs.iter().rev().copied().collect()
         };
-        for name in order {
-            let budget = budget_fraction(name).map(|(num, den)| {
+        for config in order {
+            let name = config.name;
+            let budget = config.budget.map(|(num, den)| {
                 reference_peak.map(|peak| (peak as u128 * num as u128 / den as u128) as u64)
             });
             let line = match budget {
@@ -513,7 +562,7 @@ fn main() {
                     device: args.device,
                     config: name,
                     budget_bytes: None,
-                    checkpoint_blocks: scoped(name),
+                    checkpoint_blocks: config.scopes,
                     error: "no reference peak: the frugal configuration failed".into(),
                 })
                 .unwrap(),
@@ -534,7 +583,7 @@ fn main() {
                         .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
                     match parsed {
                         Some(line) => line,
-                        None => failure_from_stderr(&args, name, budget, out.status, &stderr),
+                        None => failure_from_stderr(&args, config, budget, out.status, &stderr),
                     }
                 }
             };
@@ -602,20 +651,28 @@ fn label(line: &serde_json::Value) -> String {
     )
 }
 
-fn run_named<B: Backend>(name: &str, args: &Args) -> Line {
-    let budget = budget_fraction(name).map(|_| {
+fn run_named<B: Backend>(config: &Config, args: &Args) -> Line {
+    let budget = config.budget.map(|_| {
         args.budget_bytes
             .expect("the parent passes --budget-bytes to budget configurations")
     });
-    match name {
-        "plain" => run::<Autodiff<B>>(name, args, false, None),
-        "burn-balanced" => run::<Autodiff<B, BalancedCheckpointing>>(name, args, false, None),
-        _ => run::<Autodiff<Frugal<B>>>(name, args, true, budget),
+    match config.system {
+        System::Plain => run::<Autodiff<B>>(config, args, false, None),
+        System::BurnBalanced => {
+            run::<Autodiff<B, BalancedCheckpointing>>(config, args, false, None)
+        }
+        System::Frugal => run::<Autodiff<Frugal<B>>>(config, args, true, budget),
     }
 }
 
-/// Runs `name` on `A`; `ledger` when `A` is Frugal's, under `budget` if given.
-fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option<u64>) -> Line {
+/// Runs `config` on `A`; `ledger` when `A` is Frugal's, under `budget` if given.
+fn run<A: AutodiffBackend>(
+    config: &Config,
+    args: &Args,
+    ledger: bool,
+    budget: Option<u64>,
+) -> Line {
+    let name = config.name;
     let device = A::Device::default();
     frugal::kernels::set_mode(args.kernels.mode());
     if ledger && args.trace.is_some() {
@@ -625,8 +682,8 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         allocator_trace(&device, path, true);
     }
     let kernels_before = frugal::kernels::stats();
-    let config = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
-    let checkpoint_blocks = scoped(name);
+    let gpt = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
+    let checkpoint_blocks = config.scopes;
     if budget.is_some() {
         memory::set_policy(
             &device,
@@ -638,22 +695,22 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         // Before the model exists, so that its parameters are managed too.
         memory::set_budget(&device, budget);
     }
-    if autocast(name) {
+    if config.autocast {
         frugal::set_autocast::<A>(
             &device,
             Some(
                 frugal::AutocastPolicy::new(frugal::LowPrecision::BF16)
-                    .with_low_outputs(low_outputs(name)),
+                    .with_low_outputs(config.low_outputs),
             ),
         )
         .unwrap_or_else(|e| panic!("{e}"));
     }
-    if stores_bf16(name) {
+    if config.store_bf16 {
         memory::set_storage_precision::<A>(&device, Some(frugal::LowPrecision::BF16))
             .unwrap_or_else(|e| panic!("{e}"));
     }
     A::seed(&device, 0);
-    let mut model = config.init::<A>(&device);
+    let mut model = gpt.init::<A>(&device);
     let mut optim = train::optimizer::<A>();
     let mut times = Vec::new();
     let mut every_step_ms = Vec::new();
@@ -750,7 +807,7 @@ fn run<A: AutodiffBackend>(name: &str, args: &Args, ledger: bool, budget: Option
         d: args.d,
         heads: args.heads,
         vocab: args.vocab,
-        parameters: config.parameters(),
+        parameters: gpt.parameters(),
         peak_allocated_bytes: ledger.then(|| memory::peak_bytes(&device)),
         peak_reserved_bytes: peak_reserved,
         step_ms_median: step_ms,
@@ -874,5 +931,42 @@ fn print_table(lines: &[serde_json::Value]) {
                 diff
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_configuration_is_found_by_its_name_and_means_what_it_says() {
+        for config in &CONFIGS {
+            assert_eq!(Config::named(config.name), Ok(config));
+            let name = config.name;
+            assert_eq!(config.scopes, name.ends_with("-scopes"), "{name}");
+            assert_eq!(config.autocast, name.starts_with("bf16"), "{name}");
+            assert_eq!(config.low_outputs, name.contains("lowout"), "{name}");
+            assert_eq!(config.store_bf16, name.contains("store-"), "{name}");
+            let fraction = name
+                .split_once("budget-")
+                .map(|(_, f)| f.trim_end_matches("-scopes"));
+            let expected = fraction.map(|f| {
+                let (n, d) = f.split_once('/').unwrap();
+                (n.parse().unwrap(), d.parse().unwrap())
+            });
+            assert_eq!(config.budget, expected, "{name}");
+        }
+        assert_eq!(Config::named("plain").unwrap().system, System::Plain);
+        assert_eq!(
+            Config::named("burn-balanced").unwrap().system,
+            System::BurnBalanced
+        );
+    }
+
+    #[test]
+    fn an_unknown_name_is_refused_with_the_known_ones() {
+        let error = Config::named("budget-1/5").unwrap_err();
+        assert!(error.contains("\"budget-1/5\""), "{error}");
+        assert!(error.contains("budget-1/3-scopes"), "{error}");
     }
 }
