@@ -3,7 +3,7 @@
 //! batch 8 × 512, vocab 8192, f32, AdamW) and trained it for 3 steps on an H100, in order.
 //!
 //! Recorded with `peak-memory --device cuda --only frugal --steps 3 --warmup 1 --trace
-//! trace.txt` (session 5; `a <id> <bytes>` and `f <id>` lines, gzip'd). These are the buffers
+//! trace.txt` (`a <id> <bytes>` and `f <id>` lines, gzip'd). These are the buffers
 //! Burn's ops produce above its fusion, so element-wise intermediates that fusion keeps in
 //! registers are included: a trace at least as demanding as what reaches the device.
 
