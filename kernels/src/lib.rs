@@ -11,7 +11,6 @@
 //! - [`cast_scaled`]: `out = cast(x * scale)`, the product taken in f32.
 //! - [`unscale_and_check`]: multiplies many f32 gradient buffers in place by `inv_scale` in a few
 //!   launches and raises a device-side [`FoundInf`] flag if any result is NaN or ±inf.
-//! - [`compress`] / [`decompress`]: f32 to f16 or bf16 storage at rest and back ([`Compressed`]).
 //!
 //! Loads and stores are vectorised with the widest vector size the runtime favours for the
 //! element type that divides the length (falling back to 1).
@@ -24,7 +23,6 @@ pub use cubecl;
 mod cast;
 mod dtype;
 mod error;
-mod storage;
 mod unscale;
 
 pub use cast::{
@@ -33,5 +31,4 @@ pub use cast::{
 };
 pub use dtype::FloatDtype;
 pub use error::KernelError;
-pub use storage::{Compressed, StorageDtype, compress, decompress};
 pub use unscale::{FoundInf, unscale_and_check, unscale_and_check_into, unscale_group_size};

@@ -1,12 +1,12 @@
-//! Casts, fused scaled casts and compressed storage (wgpu or CUDA), bit for bit against `half`.
+//! Casts and fused scaled casts (wgpu or CUDA), bit for bit against `half`.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;
 
 use common::*;
 use frugal_kernels::{
-    FloatDtype, KernelError, StorageDtype, cast, cast_bf16_to_f32, cast_f16_to_f32,
-    cast_f32_to_bf16, cast_f32_to_f16, cast_scaled, compress, copy, decompress, vector_size_for,
+    FloatDtype, KernelError, cast, cast_bf16_to_f32, cast_f16_to_f32, cast_f32_to_bf16,
+    cast_f32_to_f16, cast_scaled, copy, vector_size_for,
 };
 use half::{bf16, f16};
 
@@ -99,14 +99,6 @@ fn bf16_casts_match_half_or_report_unsupported() {
             "{message}"
         );
         let err = cast_bf16_to_f32(&client, &handle, 8).unwrap_err();
-        assert!(matches!(
-            err,
-            KernelError::UnsupportedDtype {
-                dtype: FloatDtype::BF16,
-                ..
-            }
-        ));
-        let err = compress(&client, &handle, 8, StorageDtype::BF16).unwrap_err();
         assert!(matches!(
             err,
             KernelError::UnsupportedDtype {
@@ -316,67 +308,4 @@ fn vector_size_is_widest_divisor_or_one() {
     assert_eq!(vector_size_for(&client, 10_007, 4), 1);
     assert_eq!(vector_size_for(&client, 2, 4), 2);
     assert_eq!(vector_size_for(&client, 0, 4), widest);
-}
-
-#[test]
-fn compress_round_trips_through_f16() {
-    let client = client();
-    for len in LENGTHS {
-        let input = input_of_len(len);
-        let handle = upload_f32(&client, &input);
-        let compressed = compress(&client, &handle, len, StorageDtype::F16).unwrap();
-        assert_eq!(compressed.len(), len);
-        assert_eq!(compressed.is_empty(), len == 0);
-        assert_eq!(compressed.dtype(), StorageDtype::F16);
-        assert_eq!(compressed.size_bytes(), 2 * len);
-        let stored = read_u16(&client, compressed.handle(), len);
-        let expected: Vec<u16> = input.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
-        assert_bits16(&stored, &expected, f16_is_nan, "stored f16");
-        let restored = decompress(&client, &compressed).unwrap();
-        let actual = read_f32(&client, &restored, len);
-        let expected: Vec<f32> = input.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
-        assert_bits32(&actual, &expected, &format!("f16 round trip len {len}"));
-    }
-    // Values that f16 holds exactly come back unchanged.
-    let exact: Vec<f32> = (-1000..1000).map(|i| i as f32 * 0.25).collect();
-    let handle = upload_f32(&client, &exact);
-    let restored = decompress(
-        &client,
-        &compress(&client, &handle, exact.len(), StorageDtype::F16).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(read_f32(&client, &restored, exact.len()), exact);
-}
-
-#[test]
-fn compress_round_trips_through_bf16_where_supported() {
-    let client = client();
-    let input = input_of_len(1023);
-    let handle = upload_f32(&client, &input);
-    match compress(&client, &handle, input.len(), StorageDtype::BF16) {
-        Ok(compressed) => {
-            assert!(FloatDtype::BF16.is_supported(&client));
-            assert_eq!(compressed.dtype(), StorageDtype::BF16);
-            let restored = decompress(&client, &compressed).unwrap();
-            let expected: Vec<f32> = input.iter().map(|&x| bf16::from_f32(x).to_f32()).collect();
-            assert_bits32(
-                &read_f32(&client, &restored, input.len()),
-                &expected,
-                "bf16 round trip",
-            );
-        }
-        Err(err) => {
-            assert!(
-                !FloatDtype::BF16.is_supported(&client),
-                "supported but failed: {err}"
-            );
-            assert!(matches!(
-                err,
-                KernelError::UnsupportedDtype {
-                    dtype: FloatDtype::BF16,
-                    ..
-                }
-            ));
-        }
-    }
 }
