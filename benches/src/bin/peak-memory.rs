@@ -125,6 +125,10 @@ struct Args {
     /// for the budget to evict by score (`frugal::Policy::scope_keeps_products`).
     #[arg(long)]
     scopes_keep_products: bool,
+    /// Under a budget, never score tensors by the learned step's predicted reads (`frugal::Policy::planned`
+    /// off): the budget evicts by staleness alone, as before plans existed.
+    #[arg(long)]
+    no_plan: bool,
     /// When Frugal runs its own CubeCL kernels (casts, compressed storage) instead of the inner
     /// backend's ops: auto (not for casts under fusion), always, never.
     #[arg(long, value_enum, default_value = "auto")]
@@ -689,6 +693,7 @@ fn run<A: AutodiffBackend>(
             &device,
             frugal::Policy {
                 scope_keeps_products: args.scopes_keep_products,
+                planned: !args.no_plan,
                 ..frugal::Policy::default()
             },
         );

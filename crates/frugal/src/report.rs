@@ -147,6 +147,17 @@ impl fmt::Display for MemoryReport {
                 format_bytes(remat.peak_host_bytes),
                 ""
             )?;
+            let step = match remat.plan_period {
+                0 => "not learned".to_string(),
+                n => format!("{n} tensors"),
+            };
+            writeln!(
+                f,
+                "| {:<26}|{step:>15} |{:>15} |{:>13} |",
+                "Learned step",
+                format!("{} re-plans", remat.replans),
+                format!("{} planned", remat.planned_rounds),
+            )?;
             writeln!(
                 f,
                 "| {:<26}|{:>15} |{:>15} |{:>13} |",

@@ -6,6 +6,7 @@
 //! [`Evictable`], the small trait `crate::remat`'s cells implement (as cubecl-runtime's
 //! memory management sees its pools through one trait), so it is tested here on a mock.
 
+mod plan;
 mod policy;
 mod stats;
 
@@ -17,6 +18,7 @@ use crate::ledger::Ledger;
 use crate::op::OpId;
 use crate::units::{LowPrecision, format_bytes};
 
+pub(crate) use plan::StepPlan;
 pub(crate) use policy::Candidate;
 pub use policy::{Action, EvictionMode, Policy};
 pub use stats::RematStats;
@@ -49,7 +51,12 @@ pub(crate) struct CellInfo {
     /// result of one). A host copy comes back contiguous, and some backends round
     /// reductions differently by layout, so such tensors are recomputed, never offloaded.
     pub(crate) strided: bool,
+    /// Its position among the managed tensors the program created (see [`StepPlan`]).
+    pub(crate) ordinal: u64,
     last_use: AtomicU64,
+    /// Creations until its next read as the step plan predicts it (`u64::MAX`: none), set by
+    /// the engine before it scores the cell.
+    predicted: AtomicU64,
     dead: AtomicBool,
 }
 
@@ -61,7 +68,7 @@ impl CellInfo {
         cost: f64,
         scope: u64,
         strided: bool,
-        now: u64,
+        (now, ordinal): (u64, u64),
     ) -> Self {
         Self {
             op,
@@ -69,9 +76,17 @@ impl CellInfo {
             cost,
             scope,
             strided,
+            ordinal,
             last_use: AtomicU64::new(now),
+            predicted: AtomicU64::new(u64::MAX),
             dead: AtomicBool::new(false),
         }
+    }
+
+    /// Creations until its next read, as last predicted by the step plan.
+    pub(crate) fn predicted(&self) -> Option<u64> {
+        let predicted = self.predicted.load(Relaxed);
+        (predicted != u64::MAX).then_some(predicted)
     }
 
     /// When it was last used, on the budget's clock.
@@ -141,9 +156,12 @@ pub(crate) struct Budget {
     host_cost_bits: AtomicU64,
     max_depth: AtomicU32,
     scope_keeps_products: AtomicBool,
+    planned: AtomicBool,
     /// The storage type of compressed tensors ([`LowPrecision::code`]; 0: none).
     storage: AtomicU8,
     registry: Mutex<Vec<Weak<dyn Evictable>>>,
+    /// The learned step and the reads recorded under it.
+    plan: Mutex<StepPlan>,
     counters: Counters,
 }
 
@@ -157,8 +175,10 @@ impl Default for Budget {
             host_cost_bits: AtomicU64::new(policy.host_cost_per_byte.to_bits()),
             max_depth: AtomicU32::new(policy.max_depth),
             scope_keeps_products: AtomicBool::new(policy.scope_keeps_products),
+            planned: AtomicBool::new(policy.planned),
             storage: AtomicU8::new(0),
             registry: Mutex::new(Vec::new()),
+            plan: Mutex::new(StepPlan::default()),
             counters: Counters::default(),
         }
     }
@@ -184,6 +204,7 @@ impl Budget {
             host_cost_per_byte: f64::from_bits(self.host_cost_bits.load(Relaxed)),
             max_depth: self.max_depth.load(Relaxed),
             scope_keeps_products: self.scope_keeps_products.load(Relaxed),
+            planned: self.planned.load(Relaxed),
         }
     }
 
@@ -200,6 +221,7 @@ impl Budget {
         self.max_depth.store(policy.max_depth, Relaxed);
         self.scope_keeps_products
             .store(policy.scope_keeps_products, Relaxed);
+        self.planned.store(policy.planned, Relaxed);
     }
 
     /// The type f32 tensors are compressed to, if compression is on.
@@ -215,6 +237,28 @@ impl Budget {
     /// A logical clock, advanced by every use of a managed tensor.
     pub(crate) fn tick(&self) -> u64 {
         self.clock.fetch_add(1, Relaxed)
+    }
+
+    /// Notes a new managed tensor whose op, shape and type hash to `token`; returns its
+    /// ordinal for [`CellInfo::ordinal`].
+    pub(crate) fn on_create(&self, token: u64) -> u64 {
+        let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        let before = plan.figures();
+        let ordinal = plan.on_create(token);
+        let after = plan.figures();
+        if after != before {
+            self.counters.set(Counter::plan_period, after.period);
+            self.counters.set(Counter::replans, after.replans);
+        }
+        ordinal
+    }
+
+    /// Notes a program read (not a restore's) of the tensor with `ordinal`.
+    pub(crate) fn on_read(&self, ordinal: u64) {
+        self.plan
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_read(ordinal);
     }
 
     /// What the budget and scopes have done so far.
@@ -321,11 +365,14 @@ impl Budget {
                     .push(cell);
             }
         }
-        groups
+        let mut groups: Vec<_> = groups
             .into_values()
             .filter(|(holders, cells)| *holders == cells.len())
             .map(|(_, cells)| cells)
-            .collect()
+            .collect();
+        // In creation order, so that ties are broken the same way every step.
+        groups.sort_by_key(|cells| cells.iter().map(|c| c.info().ordinal).min());
+        groups
     }
 
     /// The cheapest of `groups` (see [`Self::shared_buffers`]) whose cells can all be
@@ -438,6 +485,16 @@ impl Budget {
         let policy = self.policy();
         // Evict a little below the limit, so the next few ops do not each search again.
         let target = limit - limit / 16;
+        // With a learned step, every cell is scored by its predicted next read, in one
+        // deterministic pass: the same choices every step.
+        if self.predict_all(policy.planned) {
+            let waited = self.evict_from_all(ledger, target, now, &policy);
+            let elapsed = started.elapsed().as_nanos() as u64;
+            self.counters
+                .add(Counter::search_nanos, elapsed.saturating_sub(waited));
+            self.counters.add(Counter::planned_rounds, 1);
+            return;
+        }
         let best = |cells: Vec<Arc<dyn Evictable>>| {
             cells
                 .into_iter()
@@ -472,6 +529,24 @@ impl Budget {
         let elapsed = started.elapsed().as_nanos() as u64;
         self.counters
             .add(Counter::search_nanos, elapsed.saturating_sub(waited));
+    }
+
+    /// Sets every registered cell's predicted next read from the step plan; whether a step is
+    /// known (without one, predictions are cleared and cells are scored by staleness).
+    fn predict_all(&self, planned: bool) -> bool {
+        let plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        let known = planned && plan.figures().period > 0;
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        for cell in registry.iter().filter_map(Weak::upgrade) {
+            let info = cell.info();
+            let predicted = if known {
+                plan.distance(info.ordinal)
+            } else {
+                None
+            };
+            info.predicted.store(predicted.unwrap_or(u64::MAX), Relaxed);
+        }
+        known
     }
 
     /// The slow path of [`Self::evict_down`], when the sample has nothing to recompute: one
@@ -588,7 +663,7 @@ mod tests {
             let op = float::op(float::Op::float_exp);
             let charge = ledger.charge(&Shape::new([elements]), DType::F32, op);
             Arc::new(Self {
-                info: CellInfo::new(op, charge.bytes, recompute.unwrap_or(0.0), 0, false, 0),
+                info: CellInfo::new(op, charge.bytes, recompute.unwrap_or(0.0), 0, false, (0, 0)),
                 ledger,
                 charge: Mutex::new(Some(charge)),
                 offloaded: AtomicBool::new(false),

@@ -68,6 +68,12 @@ pub struct Policy {
     /// on the reference GPT step under a budget of 1/3 of its peak the kept products crowded
     /// the budget, which then offloaded parameters (`docs/results.md`).
     pub scope_keeps_products: bool,
+    /// Once the budget has learned the training step (the same tensors created in the same
+    /// order, step after step), score tensors by how soon the step will read them again, in
+    /// one deterministic pass over all of them, so that every step makes the same choices;
+    /// otherwise, and until a step is learned, by how long they have gone unused (DTR). On by
+    /// default.
+    pub planned: bool,
 }
 
 impl Default for Policy {
@@ -77,6 +83,7 @@ impl Default for Policy {
             host_cost_per_byte: 64.0,
             max_depth: 32,
             scope_keeps_products: false,
+            planned: true,
         }
     }
 }
@@ -138,7 +145,12 @@ impl Candidate {
             (None, Some(c)) => (c, Action::Compress),
             (None, None) => return None,
         };
-        let staleness = now.saturating_sub(cell.last_use()) as f64 + 1.0;
+        // How soon it is needed again: predicted by the step plan when it knows the step
+        // (Belady's rule), else how long it has gone unused (DTR's staleness).
+        let staleness = match cell.predicted() {
+            Some(distance) => distance as f64 + 1.0,
+            None => now.saturating_sub(cell.last_use()) as f64 + 1.0,
+        };
         // A tensor the program no longer holds is only kept for others' recomputation.
         let dead = if cell.is_dead() { 0.5 } else { 1.0 };
         Some(Self {

@@ -83,6 +83,13 @@ remat_stats! {
     event compressed_bytes,
     /// Compressed tensors cast back when read.
     event decompressions,
+    /// The training step the plan learned, in managed tensors created per step (0: none yet;
+    /// the budget then scores tensors by staleness).
+    level plan_period,
+    /// Times a learned step was replaced or broken (new shapes or a different op sequence).
+    level replans,
+    /// Eviction rounds that scored every tensor by its predicted next read.
+    event planned_rounds,
 }
 
 /// The live counters of one device, one relaxed atomic per [`RematStats`] field.
@@ -104,6 +111,11 @@ impl Counters {
     /// Subtracts `n` from `counter`.
     pub(crate) fn sub(&self, counter: Counter, n: u64) {
         self.0[counter as usize].fetch_sub(n, Relaxed);
+    }
+
+    /// Sets `counter` to `value` (a level).
+    pub(crate) fn set(&self, counter: Counter, value: u64) {
+        self.0[counter as usize].store(value, Relaxed);
     }
 
     /// Raises `counter` to `value` if it is lower.

@@ -73,10 +73,45 @@ pub(crate) struct CellCore {
     dead_chain: AtomicU32,
 }
 
+thread_local! {
+    /// Restore chains running on this thread: their reads replay recipes, and are not the
+    /// program's own (the step plan records only the program's reads).
+    static RESTORING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 impl CellCore {
     fn touch(&self) {
         self.info.touch(self.state.budget.tick());
+        if RESTORING.get() == 0 {
+            self.state.budget.on_read(self.info.ordinal);
+        }
     }
+}
+
+/// Marks this thread as restoring until dropped.
+struct Restoring;
+
+impl Restoring {
+    fn start() -> Self {
+        RESTORING.set(RESTORING.get() + 1);
+        Restoring
+    }
+}
+
+impl Drop for Restoring {
+    fn drop(&mut self) {
+        RESTORING.set(RESTORING.get() - 1);
+    }
+}
+
+/// The step plan's token for a tensor: its op, shape and type.
+fn token(op: crate::op::OpId, shape: &Shape, dtype: DType) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    op.hash(&mut hasher);
+    shape.as_slice().hash(&mut hasher);
+    dtype.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The longest chain of dropped tensors kept only to recompute live ones.
@@ -145,7 +180,12 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                     cost,
                     scope,
                     strided,
-                    state.budget.tick(),
+                    (
+                        state.budget.tick(),
+                        state
+                            .budget
+                            .on_create(token(storage.op, &shape, tensor.dtype())),
+                    ),
                 ),
                 state,
                 dependents: AtomicU32::new(0),
@@ -281,6 +321,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 .push((&**cell, readers(cell.core() as Key).max(1)));
         }
         self.core.pins.fetch_add(1, Relaxed);
+        let _restoring = Restoring::start();
         for (cell, inputs) in &order {
             if cell.status() != Status::Resident {
                 cell.restore_one();

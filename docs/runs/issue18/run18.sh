@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 18: the planned budget on the H100, reference GPT step; one configuration per process,
+# each with its own time limit. SPECS: dev:config:limit_s:steps:warmup[:budget_denominator[:extra,args]]
+set -u
+cd "$(dirname "$0")"
+[ -f cubecl-cache.tgz ] && (cd .. && tar xzf .gpu/cubecl-cache.tgz)
+for f in peak-memory gpt; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+if [ -n "${TORCH:-}" ]; then
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout ${TORCH_LIMIT:-150} python3 torch_gpt.py --configs $TORCH > $OUT/torch.jsonl 2>&1
+  echo "torch exit $? in $(( $(date +%s) - t0 )) s"; grep '^{' $OUT/torch.jsonl | cut -c1-300
+fi
+# The frugal configuration's peak live bytes at the reference size (sessions 7-10).
+PEAK=8096366596
+i=0
+for spec in ${SPECS:-}; do
+  IFS=: read -r dev name limit steps warm frac more <<< "$spec"; more=${more//,/ }
+  extra=""; [ -n "$frac" ] && extra="--budget-bytes $((PEAK / frac))"
+  i=$((i+1)); f=$OUT/$i-$dev-$(echo $name | tr / _)$(echo ${more:-} | tr -d ' -')
+  t0=$(date +%s)
+  timeout $limit ./peak-memory --device $dev --only $name --steps $steps --warmup $warm $extra ${more:-} ${EXTRA:-} > $f.json 2> $f.err
+  echo "$dev $name $more exit $? in $(( $(date +%s) - t0 )) s"
+  grep "step" $f.err | sed 's/.*step/step/' | tr "\n" " "; echo
+  grep -v "step\|^\s*$" $f.err | head -8
+done
+python3 - <<'PY'
+import json, os, glob
+for f in sorted(glob.glob(os.environ['OUT'] + '/*.json')):
+    for l in open(f):
+        if not l.startswith('{'): continue
+        d = json.loads(l); r = d.get('remat') or {}; a = d.get('allocator') or {}
+        print(os.path.basename(f), {k: d.get(k) for k in ['budget_bytes','peak_allocated_bytes','peak_reserved_bytes','step_ms_median','error']},
+              {k: r.get(k) for k in ['recomputes','offloads','uploads','plan_period','replans','planned_rounds','search_nanos']},
+              [round(x) for x in d.get('step_ms', [])], [round(x, 4) for x in d.get('losses', [])])
+PY
+(cd .. && tar czf $OUT/cubecl-cache.tgz target/autotune 2>/dev/null)
