@@ -57,6 +57,8 @@ pub(crate) struct CellInfo {
     /// Creations until its next read as the step plan predicts it (`u64::MAX`: none), set by
     /// the engine before it scores the cell.
     predicted: AtomicU64,
+    /// Whether the step plan expects it to outlive the step (parameters, optimizer state).
+    outlives_step: AtomicBool,
     dead: AtomicBool,
 }
 
@@ -79,8 +81,14 @@ impl CellInfo {
             ordinal,
             last_use: AtomicU64::new(now),
             predicted: AtomicU64::new(u64::MAX),
+            outlives_step: AtomicBool::new(false),
             dead: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the step plan expects it to outlive the step.
+    pub(crate) fn outlives_step(&self) -> bool {
+        self.outlives_step.load(Relaxed)
     }
 
     /// Creations until its next read, as last predicted by the step plan.
@@ -545,6 +553,8 @@ impl Budget {
                 None
             };
             info.predicted.store(predicted.unwrap_or(u64::MAX), Relaxed);
+            info.outlives_step
+                .store(known && plan.outlives_step(info.ordinal), Relaxed);
         }
         known
     }

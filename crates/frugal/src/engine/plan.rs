@@ -116,6 +116,22 @@ impl StepPlan {
         )
     }
 
+    /// Whether the tensor with `ordinal` outlives the step (parameters and optimizer state,
+    /// which each step replaces by new tensors near the end of the step): its counterpart one
+    /// step earlier was last read at least nine tenths of a step after it was created.
+    pub(crate) fn outlives_step(&self, ordinal: u64) -> bool {
+        let Some(period) = self.period else {
+            return false;
+        };
+        let Some(earlier) = ordinal.checked_sub(period) else {
+            return false;
+        };
+        self.reads
+            .get(&earlier)
+            .and_then(|reads| reads.last())
+            .is_some_and(|&last| (last - earlier) * 10 >= period * 9)
+    }
+
     /// What the plan has learned.
     pub(crate) fn figures(&self) -> PlanFigures {
         PlanFigures {
@@ -237,6 +253,38 @@ mod tests {
         // The tensor created 3 creations ago is read 10 after its creation: in 7.
         let now = plan.next_ordinal();
         assert_eq!(plan.distance(now - 3), Some(7));
+    }
+
+    #[test]
+    fn a_tensor_read_until_its_successor_is_made_outlives_the_step() {
+        let step: Vec<u64> = (0..100).map(|i| i * 13 + 5).collect();
+        let mut plan = StepPlan::default();
+        let mut param = None;
+        for _ in 0..4 {
+            for (i, &token) in step.iter().enumerate() {
+                // The last tensor of each step is a parameter, read at the start and near the
+                // end of the next step; the others are read two creations later.
+                if i == 98
+                    && let Some(p) = param
+                {
+                    plan.on_read(p);
+                }
+                let ordinal = plan.on_create(token);
+                if i == 10
+                    && let Some(p) = param
+                {
+                    plan.on_read(p);
+                }
+                if i == 99 {
+                    param = Some(ordinal);
+                } else if let Some(read) = ordinal.checked_sub(2) {
+                    plan.on_read(read);
+                }
+            }
+        }
+        assert_eq!(plan.figures().period, 100);
+        assert!(plan.outlives_step(param.unwrap()));
+        assert!(!plan.outlives_step(plan.next_ordinal() - 3));
     }
 
     #[test]

@@ -97,13 +97,22 @@ pub const COMPRESS_COST_PER_BYTE: f64 = 3.0;
 pub(crate) struct Candidate {
     pub(crate) score: f64,
     pub(crate) action: Action,
+    /// The step plan expects the tensor to outlive the step.
+    outlives_step: bool,
 }
 
 impl Candidate {
-    /// Orders candidates, best first: recomputation and compression before offload, then by
-    /// score.
-    pub(crate) fn rank(&self) -> (bool, f64) {
-        (self.action == Action::Offload, self.score)
+    /// Orders candidates, best first: recomputation and compression, then offloads of
+    /// tensors the step makes and drops (an activation goes to the host and back once), then
+    /// offloads of tensors that outlive the step (parameters and optimizer state, read again
+    /// in every phase of every step); by score within each.
+    pub(crate) fn rank(&self) -> (u8, f64) {
+        let tier = match (self.action, self.outlives_step) {
+            (Action::Offload, true) => 2,
+            (Action::Offload, false) => 1,
+            _ => 0,
+        };
+        (tier, self.score)
     }
 }
 
@@ -156,6 +165,7 @@ impl Candidate {
         Some(Self {
             score: dead * per_byte / staleness,
             action,
+            outlives_step: cell.outlives_step(),
         })
     }
 }
