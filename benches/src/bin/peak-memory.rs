@@ -33,9 +33,9 @@ use clap::{Parser, ValueEnum};
 use frugal::memory;
 use frugal::{Frugal, RematStats};
 use frugal_benches::median;
-use gpt::GptConfig;
 use gpt::data::random_tokens;
 use gpt::train::{self, Phase};
+use gpt::{GptConfig, MemorySettings};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
@@ -238,6 +238,20 @@ const CONFIGS: [Config; 18] = [
 ];
 
 impl Config {
+    /// The memory settings of this configuration under `budget` (the bytes of its fraction).
+    fn memory_settings(&self, budget: Option<u64>, scopes_keep_products: bool) -> MemorySettings {
+        let bf16 = |on: bool| on.then_some(frugal::LowPrecision::BF16);
+        MemorySettings {
+            budget,
+            scope_keeps_products: scopes_keep_products,
+            checkpoint_blocks: self.scopes,
+            autocast: bf16(self.autocast),
+            low_outputs: self.low_outputs,
+            storage: bf16(self.store_bf16),
+            ..MemorySettings::default()
+        }
+    }
+
     /// The configuration called `name`, or an error listing the known names.
     fn named(name: &str) -> Result<&'static Config, String> {
         CONFIGS.iter().find(|c| c.name == name).ok_or_else(|| {
@@ -687,33 +701,12 @@ fn run<A: AutodiffBackend>(
     }
     let kernels_before = frugal::kernels::stats();
     let gpt = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
-    let checkpoint_blocks = config.scopes;
-    if budget.is_some() {
-        memory::set_policy(
-            &device,
-            frugal::Policy {
-                scope_keeps_products: args.scopes_keep_products,
-                planned: !args.no_plan,
-                ..frugal::Policy::default()
-            },
-        );
-        // Before the model exists, so that its parameters are managed too.
-        memory::set_budget(&device, budget);
-    }
-    if config.autocast {
-        frugal::set_autocast::<A>(
-            &device,
-            Some(
-                frugal::AutocastPolicy::new(frugal::LowPrecision::BF16)
-                    .with_low_outputs(config.low_outputs),
-            ),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    }
-    if config.store_bf16 {
-        memory::set_storage_precision::<A>(&device, Some(frugal::LowPrecision::BF16))
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
+    let mut settings = config.memory_settings(budget, args.scopes_keep_products);
+    settings.no_plan = args.no_plan;
+    let checkpoint_blocks = settings.checkpoint_blocks;
+    let _settings = settings
+        .apply::<A>(&device)
+        .unwrap_or_else(|e| panic!("{}", e.precision_error()));
     A::seed(&device, 0);
     let mut model = gpt.init::<A>(&device);
     let mut optim = train::optimizer::<A>();

@@ -8,10 +8,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
+use burn::backend::NdArray;
+use burn::backend::ndarray::NdArrayDevice as CpuDevice;
 use burn::tensor::{Tensor, TensorData};
-use frugal::memory;
-use frugal_tests::{CpuDevice, Wrapped};
+use frugal::{Frugal, memory};
 use proptest::prelude::*;
+
+type Wrapped = Frugal<NdArray>;
 
 static LEDGER: Mutex<()> = Mutex::new(());
 

@@ -1,0 +1,217 @@
+//! Training checkpoints: model, optimizer and run state in `DIR/step-NNNNNNNN/`, written
+//! atomically; finding the newest, loading it, and resuming a run from it.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::Backend;
+use frugal::{GradScaler, GradScalerState};
+use serde::{Deserialize, Serialize};
+
+use crate::Ad;
+use crate::cli::TrainArgs;
+use crate::model::Gpt;
+use crate::report::StepLog;
+use crate::train::GptOptimizer;
+
+/// What a checkpoint holds besides the model and optimizer records.
+#[derive(Debug, Serialize, Deserialize)]
+struct TrainState {
+    /// Steps done; the next step to run.
+    next_step: u64,
+    seed: u64,
+    layers: usize,
+    d_model: usize,
+    heads: usize,
+    seq: usize,
+    /// The log so far, so a resumed run's log is the whole run's.
+    log: Vec<StepLog>,
+    /// The loss scaler's state, with `--loss-scale`.
+    #[serde(default)]
+    grad_scaler: Option<GradScalerState>,
+}
+
+/// Writes `contents` to a temporary file beside `path` and renames it over `path`, so a crash
+/// never leaves a half-written file.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot rename to {}: {e}", path.display()))
+}
+
+/// The one record format of checkpoints: Burn's binary files, f32 kept exact.
+fn recorder() -> BinFileRecorder<FullPrecisionSettings> {
+    BinFileRecorder::new()
+}
+
+/// Saves model, optimizer and state into `DIR/step-NNNNNNNN`: written into a temporary folder
+/// first and renamed into place, so an interrupted save never shadows the previous one.
+pub fn save_checkpoint<B: Backend>(
+    args: &TrainArgs,
+    model: &Gpt<Ad<B>>,
+    optim: &GptOptimizer<Ad<B>>,
+    scaler: Option<&GradScaler>,
+    next_step: u64,
+    log: &[StepLog],
+) -> Result<PathBuf, String> {
+    let root = args.checkpoints();
+    let final_dir = root.join(format!("step-{next_step:08}"));
+    let tmp_dir = root.join(format!(".step-{next_step:08}.tmp"));
+    let io = |e: std::io::Error| format!("checkpoint {}: {e}", tmp_dir.display());
+    if tmp_dir.exists() {
+        std::fs::remove_dir_all(&tmp_dir).map_err(io)?;
+    }
+    std::fs::create_dir_all(&tmp_dir).map_err(io)?;
+    model
+        .clone()
+        .save_file(tmp_dir.join("model"), &recorder())
+        .map_err(|e| format!("saving the model: {e}"))?;
+    recorder()
+        .record(optim.to_record(), tmp_dir.join("optimizer"))
+        .map_err(|e| format!("saving the optimizer: {e}"))?;
+    let state = TrainState {
+        next_step,
+        seed: args.seed,
+        layers: args.layers,
+        d_model: args.d_model,
+        heads: args.heads,
+        seq: args.seq,
+        log: log.to_vec(),
+        grad_scaler: scaler.map(GradScaler::state),
+    };
+    std::fs::write(
+        tmp_dir.join("state.json"),
+        serde_json::to_string_pretty(&state).unwrap(),
+    )
+    .map_err(io)?;
+    if final_dir.exists() {
+        std::fs::remove_dir_all(&final_dir).map_err(io)?;
+    }
+    std::fs::rename(&tmp_dir, &final_dir).map_err(io)?;
+    Ok(final_dir)
+}
+
+/// The checkpoint with the highest step in `root`, ignoring unfinished ones.
+pub fn latest_checkpoint(root: &Path) -> Result<Option<PathBuf>, String> {
+    if !root.exists() {
+        return Ok(None);
+    }
+    let entries =
+        std::fs::read_dir(root).map_err(|e| format!("reading {}: {e}", root.display()))?;
+    Ok(entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("step-"))
+                && p.join("state.json").exists()
+        })
+        .max())
+}
+
+type Loaded<B> = (Gpt<Ad<B>>, GptOptimizer<Ad<B>>, TrainState);
+
+/// Loads the checkpoint in `dir` into `model` and `optim`, with its run state.
+fn load_checkpoint<B: Backend>(
+    dir: &Path,
+    model: Gpt<Ad<B>>,
+    optim: GptOptimizer<Ad<B>>,
+    device: &B::Device,
+) -> Result<Loaded<B>, String> {
+    let state: TrainState = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("state.json"))
+            .map_err(|e| format!("reading {}: {e}", dir.display()))?,
+    )
+    .map_err(|e| format!("{}/state.json: {e}", dir.display()))?;
+    let model = model
+        .load_file(dir.join("model"), &recorder(), device)
+        .map_err(|e| format!("loading the model from {}: {e}", dir.display()))?;
+    let record = recorder()
+        .load(dir.join("optimizer"), device)
+        .map_err(|e| format!("loading the optimizer from {}: {e}", dir.display()))?;
+    Ok((model, optim.load_record(record), state))
+}
+
+/// A run continued from a checkpoint: the loaded model and optimizer, the step to run next and
+/// the log so far.
+pub struct Resumed<B: Backend> {
+    /// The model, as saved.
+    pub model: Gpt<Ad<B>>,
+    /// The optimizer, as saved.
+    pub optim: GptOptimizer<Ad<B>>,
+    /// The next step to run.
+    pub first: u64,
+    /// The steps done before, so that the resumed run's log is the whole run's.
+    pub log: Vec<StepLog>,
+}
+
+/// Continues from the newest checkpoint in the checkpoint folder, loading into `model`, `optim`
+/// and `scaler`. Refuses a checkpoint made with another model shape, seed or `--loss-scale`
+/// choice, or none at all.
+pub fn resume<B: Backend>(
+    args: &TrainArgs,
+    model: Gpt<Ad<B>>,
+    optim: GptOptimizer<Ad<B>>,
+    scaler: &mut Option<GradScaler>,
+    device: &B::Device,
+) -> Result<Resumed<B>, String> {
+    let Some(dir) = latest_checkpoint(&args.checkpoints())? else {
+        return Err(format!(
+            "--resume: no checkpoint in {}",
+            args.checkpoints().display()
+        ));
+    };
+    let (model, optim, state) = load_checkpoint::<B>(&dir, model, optim, device)?;
+    if (
+        state.layers,
+        state.d_model,
+        state.heads,
+        state.seq,
+        state.seed,
+    ) != (args.layers, args.d_model, args.heads, args.seq, args.seed)
+    {
+        return Err(format!(
+            "checkpoint {} was made with --layers {} --d-model {} --heads {} --seq {} --seed {}; \
+             resume with the same values",
+            dir.display(),
+            state.layers,
+            state.d_model,
+            state.heads,
+            state.seq,
+            state.seed
+        ));
+    }
+    match (state.grad_scaler, args.loss_scale) {
+        (Some(saved), true) => {
+            *scaler = Some(
+                GradScaler::from_state(saved)
+                    .map_err(|e| format!("checkpoint {}: loss scaler: {e}", dir.display()))?,
+            );
+        }
+        (None, false) => {}
+        (saved, _) => {
+            return Err(format!(
+                "checkpoint {} was made {} --loss-scale; resume {} it",
+                dir.display(),
+                if saved.is_some() { "with" } else { "without" },
+                if saved.is_some() { "with" } else { "without" },
+            ));
+        }
+    }
+    if !args.quiet {
+        println!(
+            "resuming from {} at step {}",
+            dir.display(),
+            state.next_step
+        );
+    }
+    Ok(Resumed {
+        model,
+        optim,
+        first: state.next_step,
+        log: state.log,
+    })
+}

@@ -1,0 +1,165 @@
+//! What a run shows and leaves behind: the header, the progress bar, the per-step log
+//! (`steps.json`), the memory log (`memory.json`), the plot of the last step's memory, and the
+//! closing report.
+
+use burn::tensor::backend::DeviceOps;
+use frugal::RematStats;
+use frugal::memory::{self, format_bytes};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::write_atomic;
+use crate::cli::{Evict, TrainArgs};
+use crate::diagnostics::{remat_summary, settings_summary};
+
+/// Figures of one step, as written to `steps.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StepLog {
+    /// Step number, from 0.
+    pub step: u64,
+    /// Training loss.
+    pub loss: f32,
+    /// Wall time of the step.
+    pub step_ms: f64,
+    /// Tokens per second over the step.
+    pub tokens_per_s: f64,
+    /// Ledger live bytes after the step.
+    pub live_bytes: u64,
+    /// Ledger peak bytes since the start of the run.
+    pub peak_bytes: u64,
+    /// With `--loss-scale`: the scale this step's loss was multiplied by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f32>,
+    /// With `--loss-scale`: the step was skipped (a gradient was inf or NaN).
+    #[serde(default)]
+    pub skipped: bool,
+}
+
+/// What `memory.json` holds: the run's memory settings and remat counters beside the snapshot.
+#[derive(Serialize)]
+struct MemoryLog<'a> {
+    budget: Option<u64>,
+    checkpoint_blocks: bool,
+    evict: Evict,
+    /// What the budget and scopes did over this run.
+    remat_stats: RematStats,
+    #[serde(flatten)]
+    snapshot: &'a memory::Snapshot,
+}
+
+/// Prints what is about to run on the backend called `backend` (unless `--quiet`).
+pub fn print_header(args: &TrainArgs, parameters: usize, first: u64, backend: &str) {
+    if args.quiet {
+        return;
+    }
+    println!(
+        "gpt: {} parameters ({} layers, d_model {}, {} heads), batch {} x {} tokens, steps {}..{} on {}",
+        parameters,
+        args.layers,
+        args.d_model,
+        args.heads,
+        args.batch,
+        args.seq,
+        first,
+        args.steps,
+        backend
+    );
+    if let Some(settings) = settings_summary(args) {
+        println!("memory: {settings}");
+    }
+}
+
+/// The progress bar (hidden with `--quiet`), at step `first`.
+pub fn progress_bar(args: &TrainArgs, first: u64) -> ProgressBar {
+    let bar = ProgressBar::new(args.steps);
+    if args.quiet {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] step {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_position(first);
+    bar
+}
+
+/// Shows a finished step on the progress bar.
+pub fn show_step(bar: &ProgressBar, args: &TrainArgs, entry: &StepLog) {
+    let budget = args
+        .budget
+        .map(|b| format!(" / budget {}", format_bytes(b)))
+        .unwrap_or_default();
+    bar.set_message(format!(
+        "loss {:.3} | {:.0} tok/s | live {} | peak {}{budget}",
+        entry.loss,
+        entry.tokens_per_s,
+        format_bytes(entry.live_bytes),
+        format_bytes(entry.peak_bytes)
+    ));
+    bar.inc(1);
+}
+
+/// Writes `steps.json`, `memory.json` and `step-memory.png` into `--out`.
+pub fn write_outputs(
+    args: &TrainArgs,
+    log: &[StepLog],
+    snapshot: &memory::Snapshot,
+    remat: RematStats,
+) -> Result<(), String> {
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("cannot create --out {}: {e}", args.out.display()))?;
+    write_atomic(
+        &args.out.join("steps.json"),
+        serde_json::to_string_pretty(log).unwrap().as_bytes(),
+    )?;
+    let memory_log = MemoryLog {
+        budget: args.budget,
+        checkpoint_blocks: args.checkpoint_blocks,
+        evict: args.evict,
+        remat_stats: remat,
+        snapshot,
+    };
+    write_atomic(
+        &args.out.join("memory.json"),
+        serde_json::to_string_pretty(&memory_log)
+            .expect("a memory log always serialises")
+            .as_bytes(),
+    )?;
+    crate::plot::step_memory(snapshot, &args.out.join("step-memory.png"))
+}
+
+/// Prints the closing report (unless `--quiet`): first and last loss, the memory report, what
+/// the budget did, Frugal's kernel counters and where the files went.
+pub fn print_summary<D: DeviceOps + 'static>(
+    args: &TrainArgs,
+    log: &[StepLog],
+    device: &D,
+    remat: &RematStats,
+) {
+    if args.quiet {
+        return;
+    }
+    if let (Some(first), Some(last)) = (log.first(), log.last()) {
+        println!(
+            "loss {:.3} (step {}) -> {:.3} (step {})",
+            first.loss, first.step, last.loss, last.step
+        );
+    }
+    println!("{}", memory::report(device));
+    if let Some(settings) = settings_summary(args) {
+        println!("{settings}; over the run: {}", remat_summary(remat));
+    }
+    let kernels = frugal::kernels::stats();
+    if kernels != frugal::kernels::KernelStats::default() {
+        println!(
+            "Frugal's kernels: {} casts ({} in fusion), {} gradients unscaled in {} launches",
+            kernels.casts, kernels.fused_casts, kernels.unscaled_tensors, kernels.unscale_launches
+        );
+    }
+    println!(
+        "wrote {}/steps.json, memory.json, step-memory.png; checkpoints in {}",
+        args.out.display(),
+        args.checkpoints().display()
+    );
+}
