@@ -239,6 +239,7 @@ impl TrainArgs {
             low_outputs: self.low_outputs,
             storage: self.store.low(),
             scope_keeps_products: false,
+            no_plan: false,
         }
     }
 }

@@ -122,6 +122,7 @@ mod tests {
             budget: Some(3 << 20),
             evict: EvictionMode::OffloadOnly,
             scope_keeps_products: true,
+            no_plan: true,
             checkpoint_blocks: true,
             autocast: Some(LowPrecision::BF16),
             low_outputs: true,
@@ -132,6 +133,7 @@ mod tests {
         assert_eq!(memory::policy(&device), settings.policy());
         assert_eq!(memory::policy(&device).mode, EvictionMode::OffloadOnly);
         assert!(memory::policy(&device).scope_keeps_products);
+        assert!(!memory::policy(&device).planned);
         assert_eq!(
             frugal::precision::autocast(&device),
             settings.autocast_policy()
@@ -164,7 +166,10 @@ mod tests {
             .err()
             .unwrap();
         assert!(matches!(error, SettingsError::Storage(_)), "{error}");
-        assert!(error.to_string().starts_with("compressed storage: "), "{error}");
+        assert!(
+            error.to_string().starts_with("compressed storage: "),
+            "{error}"
+        );
         assert_eq!(memory::budget(&device), None);
     }
 }
