@@ -250,9 +250,11 @@ mod tests {
         assert_eq!(plan.figures().period, 0, "one step is not a repetition");
         run_steps(&mut plan, 2, &step, 10);
         assert_eq!(plan.figures().period, 100);
-        // The tensor created 3 creations ago is read 10 after its creation: in 7.
+        // Reads are stamped with the next ordinal: a tensor read just after the creation
+        // `gap` later is read at its ordinal + 11. The tensor with ordinal `now - 3` is
+        // therefore read at `now + 8`.
         let now = plan.next_ordinal();
-        assert_eq!(plan.distance(now - 3), Some(7));
+        assert_eq!(plan.distance(now - 3), Some(8));
     }
 
     #[test]
