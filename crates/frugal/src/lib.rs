@@ -38,15 +38,19 @@ mod scope; // 3: checkpoint scope state
 mod tensor; // 6: the tensor primitive
 mod units; // 0: byte sizes, tensor bytes, the 16-bit types // 8: every Backend op, forwarded
 // 9: the public API
+mod accumulate;
 mod checkpoint;
+mod fit;
 pub mod memory;
 pub mod precision;
 mod report;
 mod scaler;
 
+pub use accumulate::{AccumulationError, GradientAccumulation, micro_batch_size};
 pub use backend::Frugal;
 pub use checkpoint::{ScopeOutput, checkpoint};
 pub use engine::{Action, EvictionMode, Policy, RematStats};
+pub use fit::{AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitRow};
 pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
 pub use scaler::{GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep};
 pub use tensor::FrugalTensor;

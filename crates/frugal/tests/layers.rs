@@ -19,7 +19,8 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["ops"],
     &["checkpoint", "precision", "report"],
-    &["memory", "scaler"],
+    &["accumulate", "memory", "scaler"],
+    &["fit"],
     &["lib"],
 ];
 

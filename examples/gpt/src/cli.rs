@@ -155,6 +155,21 @@ pub struct TrainArgs {
     // parser gives `None` for `none`, and the default is no budget.
     #[arg(long, value_name = "SIZE", default_value = "none", value_parser = parse_budget)]
     pub budget: ::std::option::Option<u64>,
+    /// Split each step's --batch into N equal micro-batches, each run forward and backward on
+    /// its own, their gradients summed before one update: the same gradient (up to f32
+    /// summation order) with the activation memory of one micro-batch.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub accumulate: usize,
+    /// Before training, choose the micro-batch (--accumulate), checkpoint scopes and budget
+    /// that keep the peak under --budget with the best measured speed, from probe steps on
+    /// copies of the model; prints the measurements behind the choice.
+    #[arg(long)]
+    pub fit: bool,
+    /// Do not go back to a step's start when it runs out of memory (by default the step is
+    /// retried with half the micro-batch and twice the accumulation). Holding the start
+    /// keeps AdamW from updating parameters in place; this flag gives that memory back.
+    #[arg(long)]
+    pub no_recover: bool,
     /// Run each transformer block in a checkpoint scope: its activations are dropped after the
     /// forward pass and recomputed in the backward pass.
     #[arg(long)]
@@ -212,6 +227,25 @@ impl TrainArgs {
         ] {
             if value == 0 {
                 return Err(format!("--{name} must be at least 1, got 0"));
+            }
+        }
+        frugal::micro_batch_size(self.batch, self.accumulate).map_err(|e| {
+            format!(
+                "--accumulate {} with --batch {}: {e}",
+                self.accumulate, self.batch
+            )
+        })?;
+        if self.fit {
+            if self.budget.is_none() {
+                return Err(
+                    "--fit chooses what fits under a limit: give it as --budget SIZE".to_string(),
+                );
+            }
+            if self.accumulate != 1 || self.checkpoint_blocks || self.store != Precision::F32 {
+                return Err(
+                    "--fit chooses --accumulate, --checkpoint-blocks and --store itself: drop them"
+                        .to_string(),
+                );
             }
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {

@@ -107,6 +107,29 @@ impl Corpus {
     }
 }
 
+impl Batch {
+    /// The batch split into `parts` equal micro-batches of consecutive sequences; refused
+    /// when `parts` does not divide the batch.
+    pub fn split(self, parts: usize) -> Result<Vec<Batch>, frugal::AccumulationError> {
+        let rows = frugal::micro_batch_size(self.batch, parts)?;
+        if parts == 1 {
+            return Ok(vec![self]);
+        }
+        let len = rows * self.seq;
+        Ok(self
+            .inputs
+            .chunks(len)
+            .zip(self.targets.chunks(len))
+            .map(|(inputs, targets)| Batch {
+                inputs: inputs.to_vec(),
+                targets: targets.to_vec(),
+                batch: rows,
+                seq: self.seq,
+            })
+            .collect())
+    }
+}
+
 /// Uniformly random tokens, as `torch_gpt.py` trains on: the `step`-th batch for a seed.
 pub fn random_tokens(seed: u64, step: u64, batch: usize, seq: usize, vocab: usize) -> Batch {
     let mut rng = StdRng::seed_from_u64(seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));

@@ -124,6 +124,65 @@ pub fn probe_device<B: Backend>(kind: DeviceKind, device: &B::Device) -> Result<
     })
 }
 
+/// The text of a caught panic.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// The first line of `text`, at most `max` characters.
+pub fn first_line(text: &str, max: usize) -> String {
+    text.lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(max)
+        .collect()
+}
+
+/// Whether a step failed for memory: the budget could not be kept, or the device (or its
+/// allocator) could not allocate.
+pub fn is_out_of_memory(reason: &str) -> bool {
+    let reason = reason.to_lowercase();
+    [
+        "memory budget",
+        "out of memory",
+        "outofmemory",
+        "out_of_memory",
+        "can't allocate",
+        "cannot allocate",
+    ]
+    .iter()
+    .any(|sign| reason.contains(sign))
+}
+
+type PanicHook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
+
+/// Runs `work`, catching a panic without printing it (the run reports it in a few lines);
+/// panics of other threads print as before.
+pub fn quietly<T>(work: impl FnOnce() -> T) -> std::thread::Result<T> {
+    use std::sync::Arc;
+    let previous: Arc<PanicHook> = Arc::new(std::panic::take_hook());
+    let quiet = std::thread::current().id();
+    let others = previous.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().id() != quiet {
+            others(info)
+        }
+    }));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+    // Ours is dropped here, releasing its share of the previous hook.
+    drop(std::panic::take_hook());
+    match Arc::try_unwrap(previous) {
+        Ok(hook) => std::panic::set_hook(hook),
+        Err(shared) => std::panic::set_hook(Box::new(move |info| shared(info))),
+    }
+    result
+}
+
 /// The message for a step (or the model's creation) that panicked: typically the device running
 /// out of memory, or an op that cannot fit in the budget.
 pub fn step_failure<D: DeviceOps + 'static>(
@@ -133,11 +192,7 @@ pub fn step_failure<D: DeviceOps + 'static>(
     device: &D,
     remat_start: &RematStats,
 ) -> String {
-    let reason = panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into());
+    let reason = panic_message(panic.as_ref());
     let report = memory::report(device);
     let holders: Vec<String> = report
         .holders

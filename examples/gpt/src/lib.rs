@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod data;
 pub mod diagnostics;
+pub mod fitting;
 pub mod memory_settings;
 pub mod model;
 pub mod plot;

@@ -27,12 +27,20 @@ pub struct StepLog {
     pub live_bytes: u64,
     /// Ledger peak bytes since the start of the run.
     pub peak_bytes: u64,
+    /// Micro-batches the step's batch was split into (`--accumulate`, doubled by each
+    /// recovery from an out-of-memory).
+    #[serde(default = "one")]
+    pub micro_batches: usize,
     /// With `--loss-scale`: the scale this step's loss was multiplied by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<f32>,
     /// With `--loss-scale`: the step was skipped (a gradient was inf or NaN).
     #[serde(default)]
     pub skipped: bool,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// What `memory.json` holds: the run's memory settings and remat counters beside the snapshot.
@@ -136,9 +144,21 @@ pub fn print_summary<D: DeviceOps + 'static>(
     log: &[StepLog],
     device: &D,
     remat: &RematStats,
+    recovered: u32,
 ) {
     if args.quiet {
         return;
+    }
+    if recovered > 0
+        && let Some(last) = log.last()
+    {
+        println!(
+            "recovered from {recovered} out-of-memory step(s): the run ended with {} \
+             micro-batches of {} (start with --accumulate {} to skip the failed attempts)",
+            last.micro_batches,
+            args.batch / last.micro_batches,
+            last.micro_batches
+        );
     }
     if let (Some(first), Some(last)) = (log.first(), log.last()) {
         println!(

@@ -4,7 +4,7 @@
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer, adaptor::OptimizerAdaptor};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use frugal::{GradScaler, ScaledStep};
+use frugal::{AccumulationError, GradScaler, GradientAccumulation, ScaledStep};
 
 use crate::data::Batch;
 use crate::model::Gpt;
@@ -94,24 +94,71 @@ pub fn step_full<B: AutodiffBackend>(
     device: &B::Device,
     checkpoint_blocks: bool,
     scaler: Option<&mut GradScaler>,
-    mut on_phase: impl FnMut(Phase),
+    on_phase: impl FnMut(Phase),
 ) -> (Gpt<B>, f32, Option<ScaledStep>) {
-    let shape = [batch.batch, batch.seq];
-    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.inputs, shape), device);
-    let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.targets, shape), device);
-    on_phase(Phase::Start);
-    let loss = model.loss_with(tokens, targets, checkpoint_blocks);
-    on_phase(Phase::Forward);
-    let grads = match &scaler {
-        Some(scaler) => scaler.scale_loss(loss.clone()).backward(),
-        None => loss.backward(),
+    let options = StepOptions {
+        lr,
+        checkpoint_blocks,
+        micro_batches: 1,
     };
-    let loss_value = loss.into_scalar().elem::<f32>();
-    on_phase(Phase::Backward);
-    let mut grads = GradientsParams::from_grads(grads, &model);
+    step_accumulated(model, optim, batch, &options, device, scaler, on_phase)
+        .expect("one micro-batch always divides a batch")
+}
+
+/// How [`step_accumulated`] runs a step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepOptions {
+    /// AdamW's learning rate.
+    pub lr: f64,
+    /// Each block in a checkpoint scope.
+    pub checkpoint_blocks: bool,
+    /// Micro-batches the batch is split into, each run forward and backward on its own
+    /// (gradient accumulation); 1 runs the batch whole.
+    pub micro_batches: usize,
+}
+
+/// As [`step_full`], with the batch split into `options.micro_batches` equal micro-batches
+/// whose gradients are summed ([`frugal::GradientAccumulation`]) before one AdamW update: the
+/// gradient of the whole batch, with the peak memory of one micro-batch. The loss returned is
+/// the mean of the micro-batches' losses (the whole batch's mean). Refuses a micro-batch count
+/// that does not divide the batch.
+pub fn step_accumulated<B: AutodiffBackend>(
+    model: Gpt<B>,
+    optim: &mut GptOptimizer<B>,
+    batch: Batch,
+    options: &StepOptions,
+    device: &B::Device,
+    scaler: Option<&mut GradScaler>,
+    mut on_phase: impl FnMut(Phase),
+) -> Result<(Gpt<B>, f32, Option<ScaledStep>), AccumulationError> {
+    let parts = batch.split(options.micro_batches)?;
+    let mut accumulation = GradientAccumulation::new(parts.len())?;
+    let mut loss_sum = 0.0f32;
+    for part in parts {
+        let shape = [part.batch, part.seq];
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(part.inputs, shape), device);
+        let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(part.targets, shape), device);
+        on_phase(Phase::Start);
+        let loss = model.loss_with(tokens, targets, options.checkpoint_blocks);
+        on_phase(Phase::Forward);
+        match &scaler {
+            Some(scaler) => {
+                let scaled = scaler.scale_loss(scale(loss.clone(), accumulation.loss_factor()));
+                let grads = GradientsParams::from_grads(scaled.backward(), &model);
+                accumulation.add(&model, grads)?;
+            }
+            None => accumulation.backward(&model, loss.clone())?,
+        }
+        // Read after the backward pass, as a step without accumulation does: reading syncs.
+        loss_sum += loss.into_scalar().elem::<f32>();
+        on_phase(Phase::Backward);
+    }
+    let micro_batches = accumulation.micro_batches();
+    let mut grads = accumulation.finish()?;
     // Under autocast with 16-bit outputs, some gradients come out 16-bit: AdamW's state must
     // be built in f32, the parameters' type (a no-op otherwise).
     frugal::precision::match_param_dtypes(&model, &mut grads);
+    let lr = options.lr;
     let (model, outcome) = match scaler {
         Some(scaler) => {
             let (model, outcome) = scaler.step(lr, model, optim, grads);
@@ -120,5 +167,15 @@ pub fn step_full<B: AutodiffBackend>(
         None => (optim.step(lr, model, grads), None),
     };
     on_phase(Phase::Optimizer);
-    (model, loss_value, outcome)
+    Ok((model, loss_sum / micro_batches as f32, outcome))
+}
+
+/// `loss` times `factor`, without an op when the factor is 1 (so one micro-batch gives the
+/// same graph, and bits, as no accumulation).
+fn scale<B: AutodiffBackend>(loss: Tensor<B, 1>, factor: f64) -> Tensor<B, 1> {
+    if factor == 1.0 {
+        loss
+    } else {
+        loss.mul_scalar(factor)
+    }
 }
