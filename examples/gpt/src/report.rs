@@ -137,6 +137,21 @@ pub fn write_outputs(
     crate::plot::step_memory(snapshot, &args.out.join("step-memory.png"))
 }
 
+/// What the budget moved in an average step of the `steps` run, or `None` if it did nothing.
+fn per_step_summary(remat: &RematStats, steps: u64) -> Option<String> {
+    let moved = remat.recomputed_bytes + remat.offloaded_bytes + remat.compressed_bytes;
+    if steps == 0 || moved == 0 {
+        return None;
+    }
+    let each = |bytes: u64| format_bytes(bytes / steps);
+    Some(format!(
+        "per step (mean of {steps}): {} recomputed, {} offloaded, {} compressed",
+        each(remat.recomputed_bytes),
+        each(remat.offloaded_bytes),
+        each(remat.compressed_bytes)
+    ))
+}
+
 /// Prints the closing report (unless `--quiet`): first and last loss, the memory report, what
 /// the budget did, Frugal's kernel counters and where the files went.
 pub fn print_summary<D: DeviceOps + 'static>(
@@ -145,6 +160,7 @@ pub fn print_summary<D: DeviceOps + 'static>(
     device: &D,
     remat: &RematStats,
     recovered: u32,
+    steps_run: u64,
 ) {
     if args.quiet {
         return;
@@ -169,6 +185,9 @@ pub fn print_summary<D: DeviceOps + 'static>(
     println!("{}", memory::report(device));
     if let Some(settings) = settings_summary(args) {
         println!("{settings}; over the run: {}", remat_summary(remat));
+        if let Some(per_step) = per_step_summary(remat, steps_run) {
+            println!("{per_step}");
+        }
     }
     let kernels = frugal::kernels::stats();
     if kernels != frugal::kernels::KernelStats::default() {

@@ -138,7 +138,7 @@ pub fn train_observed<B: Backend>(
                     let rows = args.batch / micro_batches;
                     match start {
                         Some((at_start, record, scaler_at_start))
-                            if is_out_of_memory(&reason) && rows % 2 == 0 =>
+                            if is_out_of_memory(&reason) && rows.is_multiple_of(2) =>
                         {
                             micro_batches *= 2;
                             model = at_start;
@@ -197,6 +197,6 @@ pub fn train_observed<B: Backend>(
     memory::record_timeline(&device, 0);
     checkpoint::save_checkpoint::<B>(&args, &model, &optim, scaler.as_ref(), args.steps, &log)?;
     report::write_outputs(&args, &log, &snapshot, remat)?;
-    report::print_summary(&args, &log, &device, &remat, recovered);
+    report::print_summary(&args, &log, &device, &remat, recovered, args.steps - first);
     Ok(log)
 }

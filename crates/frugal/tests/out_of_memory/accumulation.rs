@@ -26,6 +26,7 @@ fn weight_grad(model: &Linear<B>, grads: &GradientsParams) -> Vec<f32> {
 
 #[test]
 fn micro_batches_give_the_whole_batch_gradient() {
+    let _one = crate::one_at_a_time();
     let device = Default::default();
     <B as Backend>::seed(&device, 7);
     let model: Linear<B> = LinearConfig::new(16, 4).init(&device);
@@ -59,6 +60,7 @@ fn micro_batches_give_the_whole_batch_gradient() {
 
 #[test]
 fn miscounts_and_uneven_splits_are_refused() {
+    let _one = crate::one_at_a_time();
     let device = Default::default();
     let model: Linear<B> = LinearConfig::new(2, 1).init(&device);
     let x = Tensor::<B, 2>::ones([2, 2], &device);

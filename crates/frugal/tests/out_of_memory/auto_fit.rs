@@ -2,7 +2,6 @@
 //! micro-batch (fixed bytes plus a per-item share) and a time proportional to the number of
 //! micro-batches.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use burn::backend::NdArray;
@@ -34,12 +33,9 @@ fn probe(candidate: &FitCandidate, steps: usize) -> Result<Duration, String> {
     Ok(started.elapsed())
 }
 
-/// The tests read one device's peak: one at a time.
-static DEVICE: Mutex<()> = Mutex::new(());
-
 #[test]
 fn the_fastest_configuration_under_the_limit_is_chosen_without_running_what_cannot_fit() {
-    let _one = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::one_at_a_time();
     let device: burn::backend::ndarray::NdArrayDevice = Default::default();
     // Plain fits micro-batches up to 4 (100 kB + 4 × 40 kB = 260 kB), scopes up to 8.
     let limit = 300_000;
@@ -97,7 +93,7 @@ fn the_fastest_configuration_under_the_limit_is_chosen_without_running_what_cann
 
 #[test]
 fn nothing_fitting_is_an_error_naming_the_smallest_peak() {
-    let _one = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::one_at_a_time();
     let device: burn::backend::ndarray::NdArrayDevice = Default::default();
     let error = AutoFit::new(4, 50_000)
         .with_policies(vec![FitPolicy::Plain])
@@ -114,7 +110,7 @@ fn nothing_fitting_is_an_error_naming_the_smallest_peak() {
 
 #[test]
 fn a_probe_that_fails_is_recorded_and_passed_over() {
-    let _one = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::one_at_a_time();
     let device: burn::backend::ndarray::NdArrayDevice = Default::default();
     let failing = |candidate: &FitCandidate, steps: usize| -> Result<Duration, String> {
         if candidate.policy == FitPolicy::Budget && candidate.micro_batch > 2 {
