@@ -75,6 +75,16 @@ struct Args {
     /// The budget of a budget configuration in this process (used for the child processes).
     #[arg(long, hide = true)]
     budget_bytes: Option<u64>,
+    /// Run the configurations one after another in this process instead of one child process
+    /// each, so that later ones reuse the kernels earlier ones compiled (a fresh GPU machine
+    /// spends minutes compiling per process). Device memory is cleaned up between
+    /// configurations, but a pool may keep pages: reserved figures are only exact per process.
+    #[arg(long)]
+    in_process: bool,
+    /// The peak live bytes the budget fractions are of, instead of running the frugal
+    /// configuration first to measure it.
+    #[arg(long, value_name = "BYTES")]
+    reference_peak: Option<u64>,
     #[arg(long, default_value_t = 12)]
     layers: usize,
     #[arg(long, default_value_t = 768)]
@@ -399,6 +409,18 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 /// Runs one configuration in this (child) process and prints its JSON line; a panic, on this
 /// thread or a backend's, is printed as a failure line and ends the process with status 1.
 fn child(only: &Config, args: &Args) {
+    match run_caught(only, args) {
+        Ok(line) => println!("{}", serde_json::to_string(&line).unwrap()),
+        Err(failure) => {
+            println!("{}", serde_json::to_string(&failure).unwrap());
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Runs `only` on `args.device`, catching a panic (this thread's or a backend's: the first
+/// one's message) as a failure line.
+fn run_caught(only: &Config, args: &Args) -> Result<Line, Failure<'static>> {
     use std::sync::{Arc, Mutex};
     let first_panic = Arc::new(Mutex::new(None::<String>));
     let sink = first_panic.clone();
@@ -435,11 +457,10 @@ fn child(only: &Config, args: &Args) {
             "--device {other:?} needs a build with that feature"
         )),
     });
+    // Restore the default hook (the one `take_hook` gave back) for what follows.
+    drop(std::panic::take_hook());
     let error = match outcome {
-        Ok(Ok(line)) => {
-            println!("{}", serde_json::to_string(&line).unwrap());
-            return;
-        }
+        Ok(Ok(line)) => return Ok(line),
         Ok(Err(message)) => message,
         Err(payload) => first_panic
             .lock()
@@ -447,16 +468,35 @@ fn child(only: &Config, args: &Args) {
             .clone()
             .unwrap_or_else(|| panic_text(payload.as_ref())),
     };
-    let failure = Failure {
+    Err(Failure {
         system: "burn",
         device: args.device,
         config: only.name,
         budget_bytes: args.budget_bytes,
         checkpoint_blocks: only.scopes,
         error,
-    };
-    println!("{}", serde_json::to_string(&failure).unwrap());
-    std::process::exit(1);
+    })
+}
+
+/// Hands the device's free memory back between in-process configurations (CubeCL's
+/// `memory_cleanup`, through Burn's backend).
+fn clean_up(device: DeviceKind) {
+    fn on<B: Backend>() {
+        let device = B::Device::default();
+        let _ = B::sync(&device);
+        B::memory_cleanup(&device);
+    }
+    match device {
+        DeviceKind::Cpu | DeviceKind::Flex => {}
+        #[cfg(feature = "wgpu")]
+        DeviceKind::Wgpu => on::<burn::backend::Wgpu>(),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => on::<burn::backend::Cuda>(),
+        #[cfg(feature = "frugal-cuda")]
+        DeviceKind::FrugalCuda => on::<frugal_cuda::FrugalCuda>(),
+        #[allow(unreachable_patterns)]
+        _ => {}
+    }
 }
 
 /// The failure line for a child that printed none (killed, aborted): the first line of its
@@ -547,7 +587,11 @@ fn main() {
     // Parent: one child process per configuration and repeat. The budgets need frugal's peak
     // first: run frugal before the first budget configuration, adding it if not asked for.
     let mut configs = configs;
-    if let Some(first_budget) = configs.iter().position(|c| c.budget.is_some()) {
+    if let Some(first_budget) = configs
+        .iter()
+        .position(|c| c.budget.is_some())
+        .filter(|_| args.reference_peak.is_none())
+    {
         match configs.iter().position(|c| c.name == "frugal") {
             Some(at) if at < first_budget => {}
             Some(at) => {
@@ -562,7 +606,7 @@ fn main() {
     }
     let exe = std::env::current_exe().expect("own path");
     let mut lines: Vec<serde_json::Value> = Vec::new();
-    let mut reference_peak: Option<u64> = None;
+    let mut reference_peak: Option<u64> = args.reference_peak;
     for repeat in 0..args.repeats {
         let order: Vec<&Config> = if repeat % 2 == 0 {
             configs.to_vec()
@@ -584,6 +628,16 @@ fn main() {
                     error: "no reference peak: the frugal configuration failed".into(),
                 })
                 .unwrap(),
+                _ if args.in_process => {
+                    let mut this = args.clone();
+                    this.budget_bytes = budget.flatten();
+                    let line = match run_caught(config, &this) {
+                        Ok(line) => serde_json::to_value(line).unwrap(),
+                        Err(failure) => serde_json::to_value(failure).unwrap(),
+                    };
+                    clean_up(args.device);
+                    line
+                }
                 _ => {
                     let budget = budget.flatten();
                     let mut cmd = Command::new(&exe);

@@ -74,6 +74,11 @@ pub struct AllocatorStorage<D: DeviceMemory> {
     cursor: usize,
     /// When recording: every block allocated and freed, in order (see [`TraceEvent`]).
     trace: Option<Vec<TraceEvent>>,
+    /// Set while [`HandleRegistry::new`] reserves its unallocated slot: `alloc` then hands out
+    /// an id with no memory behind it.
+    making_unallocated: bool,
+    /// The id of that slot's storage.
+    unallocated: Option<StorageId>,
 }
 
 /// One event of the allocator's input, as [`AllocatorStorage`] records it: what CubeCL's
@@ -128,6 +133,8 @@ impl<D: DeviceMemory> AllocatorStorage<D> {
             slots: Box::new([0; BINDING_SLOTS]),
             cursor: 0,
             trace: None,
+            making_unallocated: false,
+            unallocated: None,
         }
     }
 
@@ -198,6 +205,14 @@ impl<D: DeviceMemory + Send> ComputeStorage for AllocatorStorage<D> {
     }
 
     fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        if std::mem::take(&mut self.making_unallocated) {
+            let id = StorageId::new();
+            self.unallocated = Some(id);
+            return Ok(StorageHandle::new(
+                id,
+                StorageUtilization { offset: 0, size },
+            ));
+        }
         let block = if self.may_grow {
             match self.allocator.alloc(size) {
                 Ok(block) => block,
@@ -265,10 +280,21 @@ pub struct RegistryCounters {
 
 /// CubeCL's `MemoryManagement` used as a handle registry over an [`AllocatorStorage`]; see the
 /// [module docs](self).
+///
+/// A client handle whose reservation failed is never bound, and CubeCL resolves an unbound
+/// handle to its first slot without checking: a kernel would then write a tensor's bytes into
+/// whatever the first slot holds (the illegal address of a failed allocation). So the first slot
+/// is held by the registry itself, with no memory behind it, and resolving to it is an error:
+/// no kernel and no copy ever runs on a buffer that was not allocated.
 pub struct HandleRegistry<D: DeviceMemory + Send> {
     memory: MemoryManagement<AllocatorStorage<D>>,
     counters: RegistryCounters,
+    /// The first slot, where unbound handles resolve; held for the registry's life.
+    _unallocated: ManagedMemoryHandle,
 }
+
+/// Bytes of the unallocated first slot, as CubeCL counts it.
+const UNALLOCATED_SLOT: u64 = 1;
 
 impl<D: DeviceMemory + Send> std::fmt::Debug for HandleRegistry<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -285,7 +311,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             max_page_size: u64::MAX,
             alignment: ALIGNMENT,
         };
-        let memory = MemoryManagement::from_configuration(
+        let mut memory = MemoryManagement::from_configuration(
             AllocatorStorage::new(allocator),
             &properties,
             MemoryConfiguration::Custom {
@@ -294,9 +320,15 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             logger,
             MemoryManagementOptions::new("frugal-cuda").mode(MemoryAllocationMode::Persistent),
         );
+        memory.storage().making_unallocated = true;
+        let unallocated = memory
+            .reserve(UNALLOCATED_SLOT)
+            .expect("an empty persistent pool makes its first slot from `alloc`");
+        debug_assert!(memory.storage().unallocated.is_some());
         Self {
             memory,
             counters: RegistryCounters::default(),
+            _unallocated: unallocated,
         }
     }
 
@@ -316,7 +348,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         }
         self.counters.misses += 1;
         self.memory.cleanup(true);
-        let live = self.memory.memory_usage().bytes_in_use;
+        let live = self.memory_usage().bytes_in_use;
         self.counters.peak_live_at_miss_bytes = self.counters.peak_live_at_miss_bytes.max(live);
         let handler_calls = self.stats().oom_handler_calls;
         let mut result = self.grow(size);
@@ -360,13 +392,21 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         self.memory.bind(reserved, assigned, cursor)
     }
 
-    /// The resource behind a binding, optionally narrowed to `[start, len - end)`.
+    /// The resource behind a binding, optionally narrowed to `[start, len - end)`; an error for
+    /// a handle that was never bound (its reservation failed).
     pub fn get_resource(
         &mut self,
         binding: ManagedMemoryBinding,
         offset_start: Option<u64>,
         offset_end: Option<u64>,
     ) -> Result<DeviceResource, IoError> {
+        let storage = self.memory.get_storage(binding.clone())?;
+        if Some(storage.id) == self.memory.storage().unallocated {
+            return Err(IoError::NotFound {
+                backtrace: BackTrace::capture(),
+                reason: "a buffer whose allocation failed (out of memory) was used".into(),
+            });
+        }
         self.memory.get_resource(binding, offset_start, offset_end)
     }
 
@@ -387,6 +427,9 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// allocator, which is what out-of-memory is about.
     pub fn memory_usage(&mut self) -> MemoryUsage {
         let mut usage = self.memory.memory_usage();
+        // The unallocated first slot is not a tensor.
+        usage.bytes_in_use = usage.bytes_in_use.saturating_sub(UNALLOCATED_SLOT);
+        usage.number_allocs = usage.number_allocs.saturating_sub(1);
         usage.bytes_reserved = self.memory.storage().allocator().stats().reserved_bytes;
         usage
     }

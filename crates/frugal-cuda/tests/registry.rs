@@ -119,6 +119,39 @@ fn the_cap_gives_an_error_naming_it_and_the_registry_stays_usable() {
     );
 }
 
+/// What the CUDA server does with a client allocation that fails: the client's handle is
+/// never bound. Before the registry held its first slot, CubeCL resolved such a handle to the
+/// first tensor's memory, so a kernel writing the failed tensor wrote over (and past) another
+/// one: the illegal address of issue 19.
+#[test]
+fn a_handle_whose_allocation_failed_resolves_to_an_error_not_to_another_tensor() {
+    let mut reg = registry(AllocatorConfig {
+        cap: Some(64 * MIB),
+        ..AllocatorConfig::default()
+    });
+    let first = allocate(&mut reg, 4 * MIB).unwrap();
+    let second = allocate(&mut reg, 4 * MIB).unwrap();
+    assert!(reg.reserve(100 * MIB).is_err(), "over the cap");
+    let never_bound = ManagedMemoryHandle::new();
+    let err = reg
+        .get_resource(MemoryHandle::binding(never_bound.clone()), None, None)
+        .err()
+        .expect("an unbound handle has no memory");
+    assert!(format!("{err:?}").contains("allocation failed"), "{err:?}");
+    // After a cleanup (which renumbers CubeCL's slots) it still resolves to nothing, and the
+    // live tensors to themselves.
+    drop(second);
+    reg.cleanup().unwrap();
+    assert!(
+        reg.get_resource(MemoryHandle::binding(never_bound), None, None)
+            .is_err()
+    );
+    assert_disjoint(&mut reg, std::slice::from_ref(&first));
+    // The first slot is the registry's, not a tensor: usage counts the one live tensor only.
+    let usage = reg.memory_usage();
+    assert_eq!((usage.bytes_in_use, usage.number_allocs), (4 * MIB, 1));
+}
+
 #[test]
 fn an_oom_handler_that_frees_tensors_lets_the_allocation_succeed() {
     let mut reg = registry(AllocatorConfig {

@@ -10,12 +10,11 @@
 //! limit is probed again with the budget lowered by the excess, and a
 //! probe either completes or fails because one op alone does not fit.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::time::Duration;
 
 use burn_backend::DeviceOps;
 
+use crate::catch::catch_quietly;
 use crate::memory;
 use crate::precision::LowPrecision;
 use crate::units::format_bytes;
@@ -475,14 +474,14 @@ impl AutoFit {
         let budget_before = memory::budget(device);
         memory::set_budget(device, candidate.budget);
         memory::reset_peak(device);
-        let result = quietly(|| probe(&candidate, self.probe_steps));
+        let result = catch_quietly(|| probe(&candidate, self.probe_steps), || ());
         let peak_bytes = memory::peak_bytes(device);
         // The probe's copies are gone: what is left is what was there before.
         memory::set_budget(device, budget_before);
         let outcome = match result {
             Ok(Ok(step)) => Ok(step),
             Ok(Err(why)) => Err(why),
-            Err(panic) => Err(panic_message(panic.as_ref())),
+            Err(panic) => Err(panic.message()),
         };
         match outcome {
             Ok(step) => FitRow {
@@ -497,35 +496,4 @@ impl AutoFit {
             },
         }
     }
-}
-
-type PanicHook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
-
-/// Runs `work`, catching its panic without printing it; panics of other threads still print.
-fn quietly<T>(work: impl FnOnce() -> T) -> std::thread::Result<T> {
-    let previous: Arc<PanicHook> = Arc::new(std::panic::take_hook());
-    let quiet = std::thread::current().id();
-    let others = previous.clone();
-    std::panic::set_hook(Box::new(move |info| {
-        if std::thread::current().id() != quiet {
-            others(info)
-        }
-    }));
-    let result = catch_unwind(AssertUnwindSafe(work));
-    // Ours is dropped here, releasing its share of the previous hook.
-    drop(std::panic::take_hook());
-    match Arc::try_unwrap(previous) {
-        Ok(hook) => std::panic::set_hook(hook),
-        Err(shared) => std::panic::set_hook(Box::new(move |info| shared(info))),
-    }
-    result
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic without a message".into())
 }

@@ -26,6 +26,7 @@
 // (`tests/layers.rs` checks it; `docs/architecture.md` describes them).
 mod autocast; // 2: autocast's policy and per-device table
 mod backend; // 7: the backend type
+mod catch; // 0: catching a step's panic quietly
 mod device; // 4: the per-device state
 mod engine; // 2: the eviction engine behind `Evictable`
 pub mod kernels; // 3: Frugal's kernels in place of the inner backend's ops
@@ -48,6 +49,7 @@ mod scaler;
 
 pub use accumulate::{AccumulationError, GradientAccumulation, micro_batch_size};
 pub use backend::Frugal;
+pub use catch::{CaughtPanic, catch_quietly, panic_message};
 pub use checkpoint::{ScopeOutput, checkpoint};
 pub use engine::{Action, EvictionMode, Policy, RematStats};
 pub use fit::{AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitRow};

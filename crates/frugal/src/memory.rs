@@ -16,7 +16,7 @@ use crate::device::DeviceState;
 pub use crate::engine::{EvictionMode, Policy, RematStats};
 pub use crate::ledger::{Event, EventKind};
 pub use crate::report::{Holder, MemoryReport, PeakHolders, Snapshot};
-pub use crate::runtime::{PoolUsage, pool_usage};
+pub use crate::runtime::{DeviceMemory, PoolUsage, device_memory, pool_usage};
 pub use crate::units::{format_bytes, parse_bytes};
 
 /// Bytes of live tensor storage on `device`.
@@ -45,6 +45,13 @@ pub fn reset_peak<D: DeviceOps + 'static>(device: &D) {
 /// The pool figures are read as they are: call `B::sync(device)` first for settled numbers.
 pub fn report<D: DeviceOps + 'static>(device: &D) -> MemoryReport {
     MemoryReport::of(DeviceState::of_device(device), pool_usage(device))
+}
+
+/// The ops whose outputs hold `device`'s live bytes now, biggest first. Reads the ledger's
+/// counters only (no lock, no device call), so a panic hook can call it while the tensors of a
+/// failing step are still alive; the same list as [`report`]'s `holders`.
+pub fn holders<D: DeviceOps + 'static>(device: &D) -> Vec<Holder> {
+    Holder::of(DeviceState::of_device(device))
 }
 
 /// The report plus the recorded timeline (see [`record_timeline`]), exportable as JSON.
@@ -127,4 +134,190 @@ pub fn storage_precision<D: DeviceOps + 'static>(
     device: &D,
 ) -> Option<crate::precision::LowPrecision> {
     DeviceState::of_device(device).budget.storage()
+}
+
+/// How [`set_budget_auto`] chose its budget: the GPU's memory as read, the share of it the
+/// pool turns into live tensor bytes, and the margin kept for what the runtime allocates
+/// beside tensors. Print it with `{}`.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct AutoBudget {
+    /// The budget, in bytes of live tensors.
+    pub bytes: u64,
+    /// The GPU's memory when the budget was chosen.
+    pub device: DeviceMemory,
+    /// Live tensor bytes per reserved byte that the runtime's pool reaches under a budget.
+    pub pool_efficiency: f64,
+    /// Bytes kept aside for workspaces, autotune buffers and transfers.
+    pub margin: u64,
+}
+
+/// The share of reserved bytes that are live tensors under a budget, per runtime. CubeCL's
+/// pool (burn-cuda) rounds buffers up to its page sizes and keeps pages per size class: on
+/// the reference GPT step it reserved 2.54× the live bytes under a third of the peak and
+/// 2.13× with checkpoint scopes (`docs/results.md`), so a budget may use 0.38 of what the pool
+/// can hold. frugal-cuda's caching allocator splits and coalesces blocks: 1.05× on the
+/// reference step, but 1.12× (76.0 GiB reserved for 68.0 GiB allocated) on a 1.2 B-parameter
+/// GPT whose 4 GiB buffers fragment its huge pool; 0.8 leaves room for that.
+fn pool_efficiency(runtime: &str) -> f64 {
+    match runtime {
+        "frugal-cuda" => 0.8,
+        _ => 0.38,
+    }
+}
+
+impl AutoBudget {
+    /// The budget for a GPU with `device` memory: what the pool may hold, times its
+    /// efficiency, less a margin of 1/32 of that (at least 256 MiB).
+    pub fn for_device(device: DeviceMemory) -> Self {
+        let pool_efficiency = pool_efficiency(device.runtime);
+        let usable = device.usable();
+        let margin = (usable / 32).max(256 << 20);
+        let bytes = ((usable as f64 * pool_efficiency) as u64).saturating_sub(margin);
+        Self {
+            bytes,
+            device,
+            pool_efficiency,
+            margin,
+        }
+    }
+}
+
+impl std::fmt::Display for AutoBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = &self.device;
+        write!(
+            f,
+            "budget {} = ({} free on the GPU + {} held by {}'s pool{}) × {:.2} ({}'s live bytes \
+             per reserved byte) − {} margin",
+            format_bytes(self.bytes),
+            format_bytes(d.free),
+            format_bytes(d.reserved),
+            d.runtime,
+            d.cap
+                .map(|cap| format!(", capped at {}", format_bytes(cap)))
+                .unwrap_or_default(),
+            self.pool_efficiency,
+            d.runtime,
+            format_bytes(self.margin),
+        )
+    }
+}
+
+/// Why [`set_budget_auto`] could not choose a budget.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AutoBudgetError {
+    /// The device has no GPU memory this build can read (NdArray, Flex, wgpu).
+    NoDeviceMemory {
+        /// The device, as printed.
+        device: String,
+    },
+    /// The CUDA driver refused to report the GPU's memory.
+    Driver(String),
+    /// What the GPU has free is not more than what is already live plus the margin.
+    TooLittle {
+        /// The budget as computed.
+        budget: AutoBudget,
+        /// Live tensor bytes on the device now.
+        live: u64,
+    },
+}
+
+impl std::fmt::Display for AutoBudgetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoDeviceMemory { device } => write!(
+                f,
+                "an automatic budget reads the GPU's free memory, and {device} has none this \
+                 build can read (CUDA devices: burn-cuda or frugal-cuda); give the budget in bytes"
+            ),
+            Self::Driver(e) => write!(f, "cannot read the GPU's free memory: {e}"),
+            Self::TooLittle { budget, live } => write!(
+                f,
+                "{budget}, which is not above the {} already live: free memory on the GPU \
+                 (other processes hold {}), or give the budget in bytes",
+                format_bytes(*live),
+                format_bytes(
+                    budget
+                        .device
+                        .total
+                        .saturating_sub(budget.device.free + budget.device.reserved)
+                ),
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AutoBudgetError {}
+
+/// The budget [`set_budget_auto`] would set on `device` now, and how it was chosen.
+pub fn auto_budget<D: DeviceOps + 'static>(device: &D) -> Result<AutoBudget, AutoBudgetError> {
+    let memory = device_memory(device)
+        .ok_or_else(|| AutoBudgetError::NoDeviceMemory {
+            device: format!("{device:?}"),
+        })?
+        .map_err(AutoBudgetError::Driver)?;
+    let budget = AutoBudget::for_device(memory);
+    let live = live_bytes(device);
+    if budget.bytes <= live {
+        return Err(AutoBudgetError::TooLittle { budget, live });
+    }
+    Ok(budget)
+}
+
+/// Sets `device`'s budget from the GPU's memory ([`AutoBudget::for_device`]: free bytes plus
+/// what the pool holds, times the pool's efficiency, less a margin) and returns how it was
+/// chosen. The budget stays fixed once set: call again to follow other processes' use.
+pub fn set_budget_auto<D: DeviceOps + 'static>(device: &D) -> Result<AutoBudget, AutoBudgetError> {
+    let budget = auto_budget(device)?;
+    set_budget(device, Some(budget.bytes));
+    Ok(budget)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(free: u64, reserved: u64, cap: Option<u64>, runtime: &'static str) -> DeviceMemory {
+        DeviceMemory {
+            free,
+            total: 80 << 30,
+            reserved,
+            in_use: reserved / 2,
+            cap,
+            runtime,
+        }
+    }
+
+    #[test]
+    fn the_automatic_budget_is_what_the_pool_can_hold_times_its_efficiency_less_the_margin() {
+        let burn = AutoBudget::for_device(gpu(60 << 30, 4 << 30, None, "burn-cuda"));
+        let usable = 64u64 << 30;
+        assert_eq!(burn.margin, usable / 32);
+        assert_eq!(burn.bytes, (usable as f64 * 0.38) as u64 - usable / 32);
+        // frugal-cuda's cap bounds what its pool may hold.
+        let capped = AutoBudget::for_device(gpu(60 << 30, 4 << 30, Some(8 << 30), "frugal-cuda"));
+        assert_eq!(capped.margin, 256 << 20);
+        assert_eq!(
+            capped.bytes,
+            ((8u64 << 30) as f64 * 0.9) as u64 - (256 << 20)
+        );
+        assert!(capped.to_string().contains("capped at 8 GiB"), "{capped}");
+        // Nearly nothing free: the margin takes it all.
+        assert_eq!(
+            AutoBudget::for_device(gpu(100 << 20, 0, None, "burn-cuda")).bytes,
+            0
+        );
+    }
+
+    #[test]
+    fn a_device_without_gpu_memory_gets_no_automatic_budget() {
+        let device = burn::backend::ndarray::NdArrayDevice::Cpu;
+        let error = set_budget_auto(&device).unwrap_err();
+        assert!(matches!(error, AutoBudgetError::NoDeviceMemory { .. }));
+        assert!(
+            error.to_string().contains("give the budget in bytes"),
+            "{error}"
+        );
+        assert_eq!(budget(&device), None);
+    }
 }

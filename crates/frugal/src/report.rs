@@ -50,6 +50,22 @@ pub struct MemoryReport {
     pub remat: RematStats,
 }
 
+impl Holder {
+    /// The ledger's live bytes by op, biggest first (atomics only: no lock).
+    pub(crate) fn of(state: &DeviceState) -> Vec<Holder> {
+        state
+            .ledger
+            .holders()
+            .into_iter()
+            .map(|(op, bytes, tensors)| Holder {
+                op: op.name().to_string(),
+                bytes,
+                tensors,
+            })
+            .collect()
+    }
+}
+
 impl MemoryReport {
     pub(crate) fn of(state: &DeviceState, pool: Option<PoolUsage>) -> Self {
         let ledger = &state.ledger;
@@ -61,15 +77,7 @@ impl MemoryReport {
             peak_tensors: ledger.buffers().peak(),
             total_allocs: ledger.buffers().total(),
             total_alloc_bytes: ledger.bytes().total(),
-            holders: ledger
-                .holders()
-                .into_iter()
-                .map(|(op, bytes, tensors)| Holder {
-                    op: op.name().to_string(),
-                    bytes,
-                    tensors,
-                })
-                .collect(),
+            holders: Holder::of(state),
             pool,
             budget: state.budget.limit(),
             remat: state.budget.stats(),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// The layers, bottom to top: a module may import from any module of a lower layer, from
 /// nothing of its own layer but itself. `lib` is the crate root, which re-exports the API.
 const LAYERS: &[&[&str]] = &[
-    &["op", "units"],
+    &["catch", "op", "units"],
     &["ledger"],
     &["autocast", "engine", "runtime"],
     &["kernels", "scope"],

@@ -93,14 +93,32 @@ impl Evict {
     }
 }
 
-/// Parses `--budget`: a byte size (`2GiB`, `1.5GB`, `800MB`, `123456`) or `none`.
-fn parse_budget(value: &str) -> Result<Option<u64>, String> {
-    if value.trim().eq_ignore_ascii_case("none") {
+/// A `--budget` as given: bytes, or `auto` (chosen from the GPU's free memory at the start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetSize {
+    /// This many bytes of live tensors.
+    Bytes(u64),
+    /// `frugal::memory::set_budget_auto` on the run's device.
+    Auto,
+}
+
+/// Parses a byte size (`2GiB`, `1.5GB`, `800MB`, `123456`).
+fn parse_size(value: &str) -> Result<u64, String> {
+    frugal::parse_bytes(value).map_err(|e| e.to_string())
+}
+
+/// Parses `--budget`: a byte size (`2GiB`, `1.5GB`, `800MB`, `123456`), `auto` or `none`.
+fn parse_budget(value: &str) -> Result<Option<BudgetSize>, String> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("none") {
         return Ok(None);
     }
+    if value.eq_ignore_ascii_case("auto") {
+        return Ok(Some(BudgetSize::Auto));
+    }
     frugal::parse_bytes(value)
-        .map(Some)
-        .map_err(|e| format!("{e}; or none for no budget"))
+        .map(|bytes| Some(BudgetSize::Bytes(bytes)))
+        .map_err(|e| format!("{e}; or auto (from the GPU's free memory), or none for no budget"))
 }
 
 /// Train a GPT-style model on Autodiff<Frugal<B>> and report exactly where its memory goes.
@@ -149,12 +167,16 @@ pub struct TrainArgs {
     /// Continue from the latest checkpoint in the checkpoint folder.
     #[arg(long)]
     pub resume: bool,
-    /// Keep live tensor memory under SIZE (e.g. 2GiB, 1.5GB, 800MB, or none) by evicting
-    /// tensors and recomputing or offloading them when read.
+    /// Keep live tensor memory under SIZE (e.g. 2GiB, 1.5GB, 800MB, auto, or none) by evicting
+    /// tensors and recomputing or offloading them when read. `auto`: the GPU's free memory
+    /// less what its pool needs beside tensors (CUDA devices).
     // The fully qualified `Option` keeps clap from treating the flag as optional-valued: the
     // parser gives `None` for `none`, and the default is no budget.
-    #[arg(long, value_name = "SIZE", default_value = "none", value_parser = parse_budget)]
-    pub budget: ::std::option::Option<u64>,
+    #[arg(long = "budget", value_name = "SIZE", default_value = "none", value_parser = parse_budget)]
+    pub budget_size: ::std::option::Option<BudgetSize>,
+    /// The budget in bytes: `--budget` as given, or as `auto` chose it once the run started.
+    #[arg(skip)]
+    pub budget: Option<u64>,
     /// Split each step's --batch into N equal micro-batches, each run forward and backward on
     /// its own, their gradients summed before one update: the same gradient (up to f32
     /// summation order) with the activation memory of one micro-batch.
@@ -201,6 +223,10 @@ pub struct TrainArgs {
     /// No progress bar (for logs and tests).
     #[arg(long)]
     pub quiet: bool,
+    /// With --device frugal-cuda: cap the bytes its allocator may reserve from the GPU at SIZE,
+    /// as if the GPU had that much memory.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_cap: Option<u64>,
 }
 
 impl TrainArgs {
@@ -236,9 +262,10 @@ impl TrainArgs {
             )
         })?;
         if self.fit {
-            if self.budget.is_none() {
+            if self.budget_size.is_none() {
                 return Err(
-                    "--fit chooses what fits under a limit: give it as --budget SIZE".to_string(),
+                    "--fit chooses what fits under a limit: give it as --budget SIZE or auto"
+                        .to_string(),
                 );
             }
             if self.accumulate != 1 || self.checkpoint_blocks || self.store != Precision::F32 {
@@ -248,13 +275,21 @@ impl TrainArgs {
                 );
             }
         }
+        if self.memory_cap.is_some() && self.device != DeviceKind::FrugalCuda {
+            return Err(format!(
+                "--memory-cap caps frugal-cuda's allocator: it needs --device frugal-cuda, not {}",
+                self.device
+                    .to_possible_value()
+                    .map_or_else(String::new, |v| v.get_name().to_string())
+            ));
+        }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", self.lr));
         }
         if self.low_outputs && self.precision == Precision::F32 {
             return Err("--low-outputs needs --precision bf16 or f16".to_string());
         }
-        if self.store != Precision::F32 && self.budget.is_none() {
+        if self.store != Precision::F32 && self.budget_size.is_none() {
             return Err(format!(
                 "--store {} compresses tensors the budget evicts: give a --budget too",
                 self.store.label()

@@ -3,8 +3,8 @@
 //! non-finite, and one-line summaries of the memory settings and of what the budget did.
 
 use burn::tensor::backend::{Backend, DeviceOps};
-use frugal::RematStats;
 use frugal::memory::{self, format_bytes};
+use frugal::{CaughtPanic, RematStats};
 
 use crate::checkpoint::latest_checkpoint;
 use crate::cli::{DeviceKind, Evict, Precision, TrainArgs};
@@ -124,15 +124,6 @@ pub fn probe_device<B: Backend>(kind: DeviceKind, device: &B::Device) -> Result<
     })
 }
 
-/// The text of a caught panic.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
 /// The first line of `text`, at most `max` characters.
 pub fn first_line(text: &str, max: usize) -> String {
     text.lines()
@@ -147,40 +138,128 @@ pub fn first_line(text: &str, max: usize) -> String {
 /// allocator) could not allocate.
 pub fn is_out_of_memory(reason: &str) -> bool {
     let reason = reason.to_lowercase();
-    [
-        "memory budget",
-        "out of memory",
-        "outofmemory",
-        "out_of_memory",
-        "can't allocate",
-        "cannot allocate",
-    ]
-    .iter()
-    .any(|sign| reason.contains(sign))
+    OUT_OF_MEMORY_SIGNS.iter().any(|sign| reason.contains(sign))
 }
 
-type PanicHook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
+/// Words that mark a failure for memory, in lower case.
+const OUT_OF_MEMORY_SIGNS: [&str; 7] = [
+    "memory budget",
+    "out of memory",
+    "out of device memory",
+    "outofmemory",
+    "out_of_memory",
+    "can't allocate",
+    "cannot allocate",
+];
 
-/// Runs `work`, catching a panic without printing it (the run reports it in a few lines);
-/// panics of other threads print as before.
-pub fn quietly<T>(work: impl FnOnce() -> T) -> std::thread::Result<T> {
-    use std::sync::Arc;
-    let previous: Arc<PanicHook> = Arc::new(std::panic::take_hook());
-    let quiet = std::thread::current().id();
-    let others = previous.clone();
-    std::panic::set_hook(Box::new(move |info| {
-        if std::thread::current().id() != quiet {
-            others(info)
-        }
-    }));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
-    // Ours is dropped here, releasing its share of the previous hook.
-    drop(std::panic::take_hook());
-    match Arc::try_unwrap(previous) {
-        Ok(hook) => std::panic::set_hook(hook),
-        Err(shared) => std::panic::set_hook(Box::new(move |info| shared(info))),
+/// The holders the last failure left, read by [`quietly`]'s hook before unwinding dropped the
+/// failing step's tensors.
+static HOLDERS_AT_FAILURE: std::sync::Mutex<Option<Vec<frugal::memory::Holder>>> =
+    std::sync::Mutex::new(None);
+
+/// Runs `work`, catching its panic, and the backend threads' panics meanwhile, without printing
+/// them (the run reports them in a few lines) and noting what held `device`'s memory at that
+/// moment.
+pub fn quietly<D: DeviceOps + Clone + Send + Sync + 'static, T>(
+    device: &D,
+    work: impl FnOnce() -> T,
+) -> Result<T, CaughtPanic> {
+    let device = device.clone();
+    frugal::catch_quietly(work, move || {
+        let holders = memory::holders(&device);
+        *HOLDERS_AT_FAILURE.lock().unwrap_or_else(|e| e.into_inner()) = Some(holders);
+    })
+}
+
+/// Why a step failed, in a few hundred characters: the first message that names memory (on
+/// CUDA the device thread's own error: the step's thread sees only that the device stopped
+/// answering), else the step's own message.
+pub fn failure_reason(caught: &CaughtPanic) -> String {
+    // A bare `CallError` only says the device stopped answering: a device thread's own
+    // message says why.
+    let telling = caught
+        .messages()
+        .find(|m| is_out_of_memory(m))
+        .or_else(|| {
+            caught
+                .message()
+                .contains("CallError")
+                .then(|| caught.other_threads.first().cloned())
+                .flatten()
+        })
+        .unwrap_or_else(|| caught.message());
+    // CubeCL nests errors in `Debug` text: start at the out-of-memory words, unescaped.
+    let lower = telling.to_lowercase();
+    let start = OUT_OF_MEMORY_SIGNS
+        .iter()
+        .filter_map(|sign| lower.find(sign))
+        .min()
+        .map(|at| {
+            // Back to the start of that sentence (the `frugal-cuda:` or `frugal:` prefix).
+            lower[..at].rfind(['"', '\n']).map_or(0, |quote| quote + 1)
+        })
+        .unwrap_or(0);
+    let text = telling[start..].replace("\\n", " ").replace("\\\"", "\"");
+    let text = text
+        .split("\", backtrace")
+        .next()
+        .unwrap_or(&text)
+        .trim_end_matches('"');
+    if text.chars().count() > 600 {
+        text.chars().take(600).chain("…".chars()).collect()
+    } else {
+        text.to_string()
     }
-    result
+}
+
+/// Whether the device stopped answering after a failure: Burn 0.21's CUDA device threads (the
+/// autotuner, fusion's stream) panic on a runtime error, after which every op on the device
+/// fails, so the step cannot be retried in this process.
+pub fn device_stopped(caught: &CaughtPanic) -> bool {
+    caught.messages().any(|m| {
+        m.contains("CallError")
+            || m.contains("channel with the server is down")
+            || m.contains("server is in an invalid state")
+    })
+}
+
+/// The `--accumulate` that halves the micro-batch of `batch` split `accumulate` ways, or the same
+/// when the micro-batch is one row or odd.
+fn halved_accumulation(batch: usize, accumulate: usize) -> usize {
+    let rows = batch / accumulate.max(1);
+    if rows >= 2 && rows.is_multiple_of(2) {
+        accumulate * 2
+    } else {
+        accumulate
+    }
+}
+
+/// What the device's own pool says, for a failure message: reserved and in-use bytes, and on
+/// frugal-cuda its allocator's exact peak.
+fn device_figures<D: 'static>(device: &D) -> String {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        let stats = frugal_cuda::memory_report(device).stats;
+        return format!(
+            "\n  the device (frugal-cuda): peak allocated {}, peak reserved {}{}",
+            format_bytes(stats.peak_allocated_bytes),
+            format_bytes(stats.peak_reserved_bytes),
+            stats
+                .cap
+                .map(|cap| format!(" (--memory-cap {})", format_bytes(cap)))
+                .unwrap_or_default()
+        );
+    }
+    match memory::pool_usage(device) {
+        Some(pool) => format!(
+            "\n  the device's pool now: {} reserved, {} in use",
+            format_bytes(pool.bytes_reserved),
+            format_bytes(pool.bytes_in_use)
+        ),
+        None => String::new(),
+    }
 }
 
 /// The message for a step (or the model's creation) that panicked: typically the device running
@@ -188,28 +267,53 @@ pub fn quietly<T>(work: impl FnOnce() -> T) -> std::thread::Result<T> {
 pub fn step_failure<D: DeviceOps + 'static>(
     args: &TrainArgs,
     what: &str,
-    panic: Box<dyn std::any::Any + Send>,
+    caught: CaughtPanic,
     device: &D,
     remat_start: &RematStats,
 ) -> String {
-    let reason = panic_message(panic.as_ref());
+    let reason = failure_reason(&caught);
     let report = memory::report(device);
-    let holders: Vec<String> = report
-        .holders
+    let at_failure = HOLDERS_AT_FAILURE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let holders: Vec<String> = at_failure
+        .as_ref()
+        .unwrap_or(&report.holders)
         .iter()
         .take(5)
         .map(|h| format!("{} {}", h.op, format_bytes(h.bytes)))
         .collect();
+    // After a device out-of-memory on CUDA the device is gone for this process: say so, and
+    // how to go on from disk with half the micro-batch.
+    let stopped = device_stopped(&caught) && is_out_of_memory(&reason);
+    let resume = if stopped {
+        format!(
+            "--resume --accumulate {}",
+            halved_accumulation(args.batch, args.accumulate)
+        )
+    } else {
+        "--resume".to_string()
+    };
     let saved = latest_checkpoint(&args.checkpoints())
         .ok()
         .flatten()
         .map(|p| {
             format!(
-                "the last checkpoint is {} (continue with --resume)",
+                "the last checkpoint is {} (continue with {resume})",
                 p.display()
             )
         })
         .unwrap_or_else(|| "no checkpoint was saved (use --save-every N)".into());
+    let saved = if stopped {
+        format!(
+            "the device stopped answering after running out of memory (Burn's CUDA device \
+             threads do not survive a runtime error), so the step cannot be retried in this \
+             process; {saved}"
+        )
+    } else {
+        saved
+    };
     let (budget, hints) = match args.budget {
         Some(bytes) => (
             format!(
@@ -238,12 +342,19 @@ pub fn step_failure<D: DeviceOps + 'static>(
         ),
     };
     format!(
-        "{what} failed: {reason}\n  peak live tensor memory {} (now {}); biggest holders: {}{budget}\n  \
+        "{what} failed: {reason}\n  peak live tensor bytes as Frugal counts them {} (now {}); \
+         biggest holders {}: {}{}{budget}\n  \
          {saved}\n  to need less memory: {hints}a smaller --batch (now {}) or --seq (now {}), or a smaller model \
          (--layers {}, --d-model {})",
         format_bytes(report.peak_bytes),
         format_bytes(report.live_bytes),
+        if at_failure.is_some() {
+            "when it failed"
+        } else {
+            "now"
+        },
         holders.join(", "),
+        device_figures(device),
         args.batch,
         args.seq,
         args.layers,

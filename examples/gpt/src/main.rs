@@ -18,6 +18,11 @@ fn main() {
         #[cfg(feature = "frugal-cuda")]
         DeviceKind::FrugalCuda => frugal_cuda::check_device(&Default::default())
             .map_err(|e| e.to_string())
+            .and_then(|()| match args.memory_cap {
+                Some(cap) => frugal_cuda::set_memory_cap(&Default::default(), Some(cap))
+                    .map_err(|e| format!("--memory-cap {cap}: {e}")),
+                None => Ok(()),
+            })
             .and_then(|()| train::<frugal_cuda::FrugalCuda>(&args, Default::default())),
         #[allow(unreachable_patterns)]
         other => Err(format!(
@@ -34,7 +39,60 @@ fn main() {
         )),
     };
     if let Err(message) = result {
+        if let Some(restart) = gpt::run::take_restart() {
+            eprintln!("{message}");
+            std::process::exit(go_on_in_a_new_process(restart));
+        }
         eprintln!("error: {message}");
+        if gpt::run::device_stopped_in_this_process() {
+            use std::io::Write;
+            let _ = std::io::stderr().flush();
+            let _ = std::io::stdout().flush();
+            // SAFETY: ends the process at once; everything worth keeping (checkpoints, the
+            // message) is already written and flushed.
+            unsafe { libc::_exit(2) };
+        }
         std::process::exit(2);
+    }
+}
+
+/// Runs this program again in place of this process, with the same flags and `--accumulate`
+/// and `--resume` as `restart` asks; returns only if that cannot be done (its exit status).
+fn go_on_in_a_new_process(restart: gpt::run::Restart) -> i32 {
+    let mut flags: Vec<String> = Vec::new();
+    let mut given = std::env::args().skip(1);
+    while let Some(flag) = given.next() {
+        match flag.as_str() {
+            "--resume" => {}
+            "--accumulate" => {
+                given.next();
+            }
+            f if f.starts_with("--accumulate=") => {}
+            _ => flags.push(flag),
+        }
+    }
+    flags.extend(["--accumulate".to_string(), restart.accumulate.to_string()]);
+    if restart.resume {
+        flags.push("--resume".to_string());
+    }
+    let exe = std::env::current_exe().expect("the running program has a path");
+    let mut command = std::process::Command::new(exe);
+    command.args(&flags);
+    // Replace this process rather than wait beside it: the GPU memory it holds goes back to the
+    // driver only when it ends, and the next run sizes itself from what is free.
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let e = command.exec();
+        eprintln!("error: cannot start gpt again: {e}");
+        2
+    }
+    #[cfg(not(unix))]
+    match command.status() {
+        Ok(status) => status.code().unwrap_or(1),
+        Err(e) => {
+            eprintln!("error: cannot start gpt again: {e}");
+            2
+        }
     }
 }

@@ -10,15 +10,15 @@ use burn::tensor::backend::Backend;
 use frugal::GradScaler;
 use frugal::memory;
 
-pub use crate::cli::{DeviceKind, Evict, Precision, TrainArgs};
+pub use crate::cli::{BudgetSize, DeviceKind, Evict, Precision, TrainArgs};
 pub use crate::report::StepLog;
 
 use crate::Ad;
 use crate::checkpoint::{self, Resumed};
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
-    first_line, is_out_of_memory, non_finite_loss, panic_message, probe_device, quietly,
-    settings_refused, step_failure,
+    device_stopped, failure_reason, first_line, is_out_of_memory, non_finite_loss, probe_device,
+    quietly, settings_refused, step_failure,
 };
 use crate::fitting;
 use crate::model::GptConfig;
@@ -31,6 +31,52 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
     train_observed::<B>(args, device, |_, _| {})
 }
 
+/// What a run that stopped for a device out-of-memory asks of the next process, so that it
+/// goes on where this one stopped with half the micro-batch (see [`take_restart`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restart {
+    /// `--accumulate` for the new process.
+    pub accumulate: usize,
+    /// Whether it resumes from the last checkpoint (else it starts over: nothing was done).
+    pub resume: bool,
+}
+
+static RESTART: std::sync::Mutex<Option<Restart>> = std::sync::Mutex::new(None);
+
+static DEVICE_STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a run in this process saw its device stop answering (see
+/// [`crate::diagnostics::device_stopped`]): the process should end without the CUDA driver's
+/// exit handlers, which can wait on the device's dead threads.
+pub fn device_stopped_in_this_process() -> bool {
+    DEVICE_STOPPED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The restart the last failed run asked for, if any: after a device out-of-memory on CUDA
+/// the device does not answer in this process, so `gpt` goes on in a new one.
+pub fn take_restart() -> Option<Restart> {
+    RESTART.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// Whether a new process can go on from `step` losing nothing: the last checkpoint was written
+/// at `step`, or nothing was done yet.
+fn lossless_restart(args: &TrainArgs, step: u64) -> bool {
+    let saved_at = checkpoint::latest_checkpoint(&args.checkpoints())
+        .ok()
+        .flatten()
+        .and_then(|dir| {
+            dir.file_name()?
+                .to_str()?
+                .strip_prefix("step-")?
+                .parse::<u64>()
+                .ok()
+        });
+    match saved_at {
+        Some(saved) => saved == step,
+        None => step == 0,
+    }
+}
+
 /// As [`train`], calling `before_step(step, device)` before each step (tests use it to change
 /// the budget mid-run).
 pub fn train_observed<B: Backend>(
@@ -41,6 +87,17 @@ pub fn train_observed<B: Backend>(
     args.validate()?;
     probe_device::<B>(args.device, &device)?;
     let mut args = args.clone();
+    args.budget = match args.budget_size {
+        None => None,
+        Some(BudgetSize::Bytes(bytes)) => Some(bytes),
+        Some(BudgetSize::Auto) => {
+            let auto = memory::auto_budget(&device).map_err(|e| format!("--budget auto: {e}"))?;
+            if !args.quiet {
+                println!("--budget auto: {auto}");
+            }
+            Some(auto.bytes)
+        }
+    };
     // Before the model exists, so that its parameters are managed too; cleared when the run
     // ends, however it ends.
     let _settings = args
@@ -59,7 +116,7 @@ pub fn train_observed<B: Backend>(
     <Ad<B> as Backend>::seed(&device, args.seed);
     // Under a budget too small for the parameters and their first update, creating them
     // panics; say so as for a step.
-    let model = quietly(|| config.init::<Ad<B>>(&device))
+    let model = quietly(&device, || config.init::<Ad<B>>(&device))
         .map_err(|panic| step_failure(&args, "creating the model", panic, &device, &remat_start))?;
     let optim = train::optimizer::<Ad<B>>();
     let mut scaler = args
@@ -118,7 +175,7 @@ pub fn train_observed<B: Backend>(
             // A device out-of-memory, or an op that cannot fit the budget, surfaces as a panic
             // deep inside the backend; catch it to recover, or to say what held the memory and
             // which flags would help, instead of a backtrace.
-            let outcome = quietly(|| {
+            let outcome = quietly(&device, || {
                 let on_phase = |phase: Phase| memory::mark(&device, phase.label());
                 train::step_accumulated(
                     model,
@@ -133,12 +190,20 @@ pub fn train_observed<B: Backend>(
             match outcome {
                 Ok(Ok(done)) => break done,
                 Ok(Err(refused)) => return Err(refused.to_string()),
-                Err(panic) => {
-                    let reason = panic_message(panic.as_ref());
+                Err(caught) => {
+                    let reason = failure_reason(&caught);
+                    if device_stopped(&caught) {
+                        // Every op that still reaches the device (dropping this run's tensors)
+                        // panics on its dead threads: the message below says it all.
+                        std::panic::set_hook(Box::new(|_| {}));
+                        DEVICE_STOPPED.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     let rows = args.batch / micro_batches;
                     match start {
                         Some((at_start, record, scaler_at_start))
-                            if is_out_of_memory(&reason) && rows.is_multiple_of(2) =>
+                            if is_out_of_memory(&reason)
+                                && rows.is_multiple_of(2)
+                                && !device_stopped(&caught) =>
                         {
                             micro_batches *= 2;
                             model = at_start;
@@ -155,11 +220,38 @@ pub fn train_observed<B: Backend>(
                                 )
                             });
                         }
+                        _ if is_out_of_memory(&reason)
+                            && rows.is_multiple_of(2)
+                            && device_stopped(&caught)
+                            && !args.no_recover
+                            && lossless_restart(&args, step) =>
+                        {
+                            let resume = step > 0;
+                            *RESTART.lock().unwrap_or_else(|e| e.into_inner()) = Some(Restart {
+                                accumulate: micro_batches * 2,
+                                resume,
+                            });
+                            return Err(format!(
+                                "step {step}: out of memory with micro-batches of {rows} ({}); the \
+                                 device does not answer after that in this process (Burn's CUDA \
+                                 device threads stop on a runtime error): going on in a new \
+                                 process{} with {} micro-batches of {}",
+                                first_line(&reason, 200),
+                                if resume {
+                                    format!(" from the checkpoint of step {step}")
+                                } else {
+                                    String::new()
+                                },
+                                micro_batches * 2,
+                                rows / 2
+                            ));
+                        }
                         _ => {
+                            args.accumulate = micro_batches;
                             return Err(step_failure(
                                 &args,
                                 &format!("step {step}"),
-                                panic,
+                                caught,
                                 &device,
                                 &remat_start,
                             ));

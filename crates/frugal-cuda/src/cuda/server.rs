@@ -182,6 +182,9 @@ pub struct FrugalCudaServer {
     memory: HandleRegistry<CudaDeviceMemory>,
     pinned: MemoryManagement<PinnedStorage>,
     errors: Vec<ServerError>,
+    /// Launches and writes refused after the first recorded error (typically every op that
+    /// depends on a failed allocation): counted, not recorded one by one.
+    refused_after_error: u64,
     drop_queue: PendingDropQueue<Fence>,
     cursor: u64,
     control: Arc<MemoryControl>,
@@ -229,6 +232,7 @@ impl FrugalCudaServer {
             memory,
             pinned,
             errors: Vec::new(),
+            refused_after_error: 0,
             drop_queue: PendingDropQueue::default(),
             cursor: 0,
             control,
@@ -303,12 +307,32 @@ impl FrugalCudaServer {
         usage
     }
 
+    /// Records an error for the next sync or read; after the first, only counts them, so one
+    /// failed allocation gives one error, not one per op that depended on it.
+    fn record(&mut self, error: ServerError) {
+        if self.errors.is_empty() {
+            self.errors.push(error);
+        } else {
+            self.refused_after_error += 1;
+        }
+    }
+
     /// Returns the recorded errors, if any, clearing them.
     fn take_errors(&mut self) -> Result<(), ServerError> {
         if self.errors.is_empty() {
             return Ok(());
         }
-        let errors = std::mem::take(&mut self.errors);
+        let mut errors = std::mem::take(&mut self.errors);
+        let refused = std::mem::take(&mut self.refused_after_error);
+        if refused > 0 {
+            errors.push(ServerError::Generic {
+                reason: format!(
+                    "frugal-cuda: {refused} more kernel launches or copies were refused after \
+                     that (they used a buffer that was never allocated, or failed alike)"
+                ),
+                backtrace: BackTrace::capture(),
+            });
+        }
         self.ctx.timestamps.error(ProfileError::Unknown {
             reason: format!("{errors:?}"),
             backtrace: BackTrace::capture(),
@@ -342,7 +366,7 @@ impl FrugalCudaServer {
     fn bind(&mut self, reserved: ManagedMemoryHandle, assigned: ManagedMemoryHandle) {
         self.cursor += 1;
         if let Err(e) = self.memory.bind(reserved, assigned, self.cursor) {
-            self.errors.push(e.into());
+            self.record(e.into());
         }
     }
 
@@ -699,9 +723,10 @@ impl ComputeServer for FrugalCudaServer {
         self.enter();
         match self.reserve(size) {
             Ok(reserved) => self.bind(reserved, memory),
-            // The handle stays unbound: kernels using it fail to resolve it (recorded, not
-            // launched) and the next sync or read reports this.
-            Err(e) => self.errors.push(e),
+            // The handle stays unbound: it resolves to the registry's unallocated slot, so
+            // every kernel or copy using it is refused (counted, not launched) and the next
+            // sync or read reports this error.
+            Err(e) => self.record(e),
         }
     }
 
@@ -721,7 +746,7 @@ impl ComputeServer for FrugalCudaServer {
         self.enter();
         for (descriptor, data) in descriptors {
             if let Err(e) = self.write_to_device(descriptor, data) {
-                self.errors.push(e.into());
+                self.record(e.into());
                 return;
             }
         }
@@ -757,7 +782,7 @@ impl ComputeServer for FrugalCudaServer {
     ) {
         self.enter();
         if let Err(e) = self.launch_checked(kernel, count, bindings, mode, stream_id) {
-            self.errors.push(e);
+            self.record(e);
         }
     }
 

@@ -2,11 +2,15 @@
 //! the one place that lists them, for the code that finds a CubeCL primitive or device behind
 //! a generic type, and the device pool's own figures.
 //!
-//! Owns: the runtime list ([`each_runtime!`]) and [`pool_usage`]. Imports nothing from the
+//! Owns: the runtime list ([`each_runtime!`]), [`pool_usage`] and [`device_memory`] (the
+//! driver's free and total bytes, for an automatic budget). Imports nothing from the
 //! crate. Reading a pool is a blocking round trip to the device server, so it is done only
 //! when a report asks for it, never per op.
 
 use serde::Serialize;
+
+mod device_memory;
+pub use device_memory::{DeviceMemory, device_memory};
 
 /// What a CubeCL device pool reports about itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
