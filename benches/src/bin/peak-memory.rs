@@ -481,6 +481,8 @@ fn run_caught(only: &Config, args: &Args) -> Result<Line, Failure<'static>> {
 /// Hands the device's free memory back between in-process configurations (CubeCL's
 /// `memory_cleanup`, through Burn's backend).
 fn clean_up(device: DeviceKind) {
+    // Unused in a CPU-only build, where no device has a pool.
+    #[allow(dead_code)]
     fn on<B: Backend>() {
         let device = B::Device::default();
         let _ = B::sync(&device);

@@ -135,8 +135,7 @@ fn a_handle_whose_allocation_failed_resolves_to_an_error_not_to_another_tensor()
     let never_bound = ManagedMemoryHandle::new();
     let err = reg
         .get_resource(MemoryHandle::binding(never_bound.clone()), None, None)
-        .err()
-        .expect("an unbound handle has no memory");
+        .expect_err("an unbound handle has no memory");
     assert!(format!("{err:?}").contains("allocation failed"), "{err:?}");
     // After a cleanup (which renumbers CubeCL's slots) it still resolves to nothing, and the
     // live tensors to themselves.

@@ -47,7 +47,25 @@ struct Others {
 /// threads (a backend's device threads failing with it) are not printed either but kept in
 /// the [`CaughtPanic`]. `at_panic` runs on this thread when `work` panics, before unwinding
 /// drops anything: the moment to read what holds memory (e.g. [`crate::memory::holders`]).
+///
+/// The panic hook is the process's: calls on different threads take turns (the second waits
+/// for the first to return), and a call inside another on the same thread nests.
 pub fn catch_quietly<T>(
+    work: impl FnOnce() -> T,
+    at_panic: impl Fn() + Send + Sync + 'static,
+) -> Result<T, CaughtPanic> {
+    thread_local! {
+        static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+    static TURN: Mutex<()> = Mutex::new(());
+    let _turn = (DEPTH.get() == 0).then(|| TURN.lock().unwrap_or_else(|e| e.into_inner()));
+    DEPTH.set(DEPTH.get() + 1);
+    let result = with_quiet_hook(work, at_panic);
+    DEPTH.set(DEPTH.get() - 1);
+    result
+}
+
+fn with_quiet_hook<T>(
     work: impl FnOnce() -> T,
     at_panic: impl Fn() + Send + Sync + 'static,
 ) -> Result<T, CaughtPanic> {
@@ -107,7 +125,6 @@ mod tests {
         let panic = result.unwrap_err();
         assert_eq!(panic.message(), "out of memory: 5 GiB");
         assert!(SEEN.load(Ordering::SeqCst));
-        assert_eq!(panic.other_thread_panics, 0);
         assert_eq!(catch_quietly(|| 7, || ()).unwrap(), 7);
     }
 
@@ -122,17 +139,17 @@ mod tests {
             || (),
         )
         .unwrap_err();
-        assert_eq!(
-            caught.other_threads,
-            vec!["cannot allocate 5 GiB".to_string()]
+        // Other tests of this binary may panic meanwhile too: look for ours.
+        assert!(
+            caught
+                .other_threads
+                .contains(&"cannot allocate 5 GiB".to_string()),
+            "{caught:?}"
         );
-        assert_eq!(caught.other_thread_panics, 1);
+        assert!(caught.other_thread_panics >= 1);
         assert_eq!(
-            caught.messages().collect::<Vec<_>>(),
-            [
-                "the device stopped answering: CallError",
-                "cannot allocate 5 GiB"
-            ]
+            caught.messages().next().as_deref(),
+            Some("the device stopped answering: CallError")
         );
     }
 }

@@ -301,7 +301,10 @@ mod tests {
             capped.bytes,
             ((8u64 << 30) as f64 * 0.9) as u64 - (256 << 20)
         );
-        assert!(capped.to_string().contains("capped at 8 GiB"), "{capped}");
+        assert!(
+            capped.to_string().contains("capped at 8.00 GiB"),
+            "{capped}"
+        );
         // Nearly nothing free: the margin takes it all.
         assert_eq!(
             AutoBudget::for_device(gpu(100 << 20, 0, None, "burn-cuda")).bytes,
