@@ -64,6 +64,6 @@ fn an_allocation_past_the_cap_is_an_error_naming_it_and_no_kernel_runs_on_it() {
     // Not checked: going on in this process. Burn 0.21's device threads (the autotuner,
     // fusion's stream) panic on a runtime error, and the tensors of the failed work are freed
     // only when fusion's stream runs their drops, so a next op meets the cap again; after
-    // that the device does not answer (`docs/results.md`, session 14). The example goes on in
+    // that the device does not answer (`docs/results.md`). The example goes on in
     // a new process.
 }
