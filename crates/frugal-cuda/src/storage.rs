@@ -400,14 +400,21 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         offset_start: Option<u64>,
         offset_end: Option<u64>,
     ) -> Result<DeviceResource, IoError> {
-        let storage = self.memory.get_storage(binding.clone())?;
-        if Some(storage.id) == self.memory.storage().unallocated {
+        // One lookup, then CubeCL's own narrowing (as its `get_resource` does).
+        let mut handle = self.memory.get_storage(binding)?;
+        if Some(handle.id) == self.memory.storage().unallocated {
             return Err(IoError::NotFound {
                 backtrace: BackTrace::capture(),
                 reason: "a buffer whose allocation failed (out of memory) was used".into(),
             });
         }
-        self.memory.get_resource(binding, offset_start, offset_end)
+        if let Some(offset) = offset_start {
+            handle = handle.offset_start(offset);
+        }
+        if let Some(offset) = offset_end {
+            handle = handle.offset_end(offset);
+        }
+        Ok(self.memory.storage().get(&handle))
     }
 
     /// The cursor (stream position) recorded when a binding's memory was bound.
