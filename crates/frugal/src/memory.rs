@@ -299,7 +299,7 @@ mod tests {
         assert_eq!(capped.margin, 256 << 20);
         assert_eq!(
             capped.bytes,
-            ((8u64 << 30) as f64 * 0.9) as u64 - (256 << 20)
+            ((8u64 << 30) as f64 * 0.8) as u64 - (256 << 20)
         );
         assert!(
             capped.to_string().contains("capped at 8.00 GiB"),
