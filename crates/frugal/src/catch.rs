@@ -12,11 +12,14 @@ type PanicHook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'sta
 /// How many other threads' panic messages a [`CaughtPanic`] keeps.
 const OTHER_MESSAGES: usize = 8;
 
-/// A panic caught by [`catch_quietly`].
+/// A panic caught by [`catch_quietly`], with what its `at_panic` read (`S`).
 #[derive(Debug)]
-pub struct CaughtPanic {
+pub struct CaughtPanic<S = ()> {
     /// The panic of the thread that ran the work.
     pub payload: Box<dyn std::any::Any + Send>,
+    /// What `at_panic` returned when the work panicked, before unwinding dropped anything
+    /// (`None` if the panic hook did not run: a panic resumed with `resume_unwind`).
+    pub at_panic: Option<S>,
     /// The first messages of panics on other threads while the work ran (a backend's device
     /// threads: on CUDA they carry the device's own error, where the caller sees only that the
     /// device stopped answering), at most eight.
@@ -25,7 +28,7 @@ pub struct CaughtPanic {
     pub other_thread_panics: usize,
 }
 
-impl CaughtPanic {
+impl<S> CaughtPanic<S> {
     /// The caller's panic message.
     pub fn message(&self) -> String {
         panic_message(self.payload.as_ref())
@@ -46,14 +49,16 @@ struct Others {
 /// Runs `work`, catching its panic without printing it. While it runs, panics of other
 /// threads (a backend's device threads failing with it) are not printed either but kept in
 /// the [`CaughtPanic`]. `at_panic` runs on this thread when `work` panics, before unwinding
-/// drops anything: the moment to read what holds memory (e.g. [`crate::memory::holders`]).
+/// drops anything: the moment to read what holds memory (e.g. [`crate::memory::holders`]);
+/// the caught panic carries what it returned (its first call's, if the work panicked again
+/// while unwinding).
 ///
 /// The panic hook is the process's: calls on different threads take turns (the second waits
 /// for the first to return), and a call inside another on the same thread nests.
-pub fn catch_quietly<T>(
+pub fn catch_quietly<T, S: Send + 'static>(
     work: impl FnOnce() -> T,
-    at_panic: impl Fn() + Send + Sync + 'static,
-) -> Result<T, CaughtPanic> {
+    at_panic: impl Fn() -> S + Send + Sync + 'static,
+) -> Result<T, CaughtPanic<S>> {
     thread_local! {
         static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
@@ -65,17 +70,21 @@ pub fn catch_quietly<T>(
     result
 }
 
-fn with_quiet_hook<T>(
+fn with_quiet_hook<T, S: Send + 'static>(
     work: impl FnOnce() -> T,
-    at_panic: impl Fn() + Send + Sync + 'static,
-) -> Result<T, CaughtPanic> {
+    at_panic: impl Fn() -> S + Send + Sync + 'static,
+) -> Result<T, CaughtPanic<S>> {
     let previous: Arc<PanicHook> = Arc::new(std::panic::take_hook());
     let quiet = std::thread::current().id();
     let others = Arc::new(Mutex::new(Others::default()));
-    let sink = others.clone();
+    let read = Arc::new(Mutex::new(None));
+    let (sink, read_sink) = (others.clone(), read.clone());
     std::panic::set_hook(Box::new(move |info| {
         if std::thread::current().id() == quiet {
-            at_panic()
+            let mut read = read_sink.lock().unwrap_or_else(|e| e.into_inner());
+            if read.is_none() {
+                *read = Some(at_panic());
+            }
         } else {
             let mut others = sink.lock().unwrap_or_else(|e| e.into_inner());
             others.count += 1;
@@ -95,6 +104,7 @@ fn with_quiet_hook<T>(
         let others = std::mem::take(&mut *others.lock().unwrap_or_else(|e| e.into_inner()));
         CaughtPanic {
             payload,
+            at_panic: read.lock().unwrap_or_else(|e| e.into_inner()).take(),
             other_threads: others.messages,
             other_thread_panics: others.count,
         }
@@ -116,15 +126,29 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     #[test]
-    fn a_panic_becomes_a_value_after_the_hook_saw_it() {
-        static SEEN: AtomicBool = AtomicBool::new(false);
+    fn a_panic_becomes_a_value_with_what_was_read_before_unwinding() {
+        static DROPPED: AtomicBool = AtomicBool::new(false);
+        struct Tensor;
+        impl Drop for Tensor {
+            fn drop(&mut self) {
+                DROPPED.store(true, Ordering::SeqCst);
+            }
+        }
         let result = catch_quietly(
-            || -> u32 { panic!("out of memory: 5 GiB") },
-            || SEEN.store(true, Ordering::SeqCst),
+            || -> u32 {
+                let _held = Tensor;
+                panic!("out of memory: 5 GiB")
+            },
+            || DROPPED.load(Ordering::SeqCst),
         );
         let panic = result.unwrap_err();
         assert_eq!(panic.message(), "out of memory: 5 GiB");
-        assert!(SEEN.load(Ordering::SeqCst));
+        assert_eq!(
+            panic.at_panic,
+            Some(false),
+            "read before the tensor was dropped"
+        );
+        assert!(DROPPED.load(Ordering::SeqCst));
         assert_eq!(catch_quietly(|| 7, || ()).unwrap(), 7);
     }
 

@@ -17,6 +17,7 @@ pub use crate::engine::{EvictionMode, Policy, RematStats};
 pub use crate::ledger::{Event, EventKind};
 pub use crate::report::{Holder, MemoryReport, PeakHolders, Snapshot};
 pub use crate::runtime::{DeviceMemory, PoolUsage, device_memory, pool_usage};
+use crate::runtime::{OomRescue, set_oom_rescue};
 pub use crate::units::{format_bytes, parse_bytes};
 
 /// Bytes of live tensor storage on `device`.
@@ -85,8 +86,33 @@ pub fn mark<D: DeviceOps + 'static>(device: &D, label: &str) {
 /// budget, restoring them when they are read. Tensors created before the first budget was set
 /// are not evicted. If an op's own inputs and output do not fit, the op panics with a message
 /// naming the budget, the bytes it needed and the biggest holders.
+///
+/// On a frugal-cuda device the budget also answers the allocator's out-of-memory handler:
+/// when the allocator cannot grow (its cap, or the device is full), tensors the budget can
+/// recompute are dropped from inside the allocation and the allocator tries again. That works
+/// for unfused tensors (`frugal_cuda::FrugalCudaUnfused`) only: under fusion a drop is work
+/// queued on the thread that is allocating, so nothing is dropped there.
 pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
-    DeviceState::of_device(device).set_budget(bytes);
+    let state = DeviceState::of_device(device);
+    state.set_budget(bytes);
+    let rescue = bytes
+        .map(|_| -> OomRescue { Box::new(move |requested| state.free_for_allocation(requested)) });
+    set_oom_rescue(device, rescue);
+}
+
+/// Limits the host memory that the budget's offloads on `device` may hold to `bytes` (`None`:
+/// no limit). Without a call, setting a budget limits it to 3/4 of the host memory available
+/// at that moment. Past the limit a tensor that could only be offloaded stays on the device,
+/// and if the budget cannot be kept the op fails with a message naming both limits.
+pub fn set_host_limit<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
+    DeviceState::of_device(device)
+        .budget
+        .set_host_limit(bytes, true);
+}
+
+/// The host memory the budget's offloads on `device` may hold, if limited.
+pub fn host_limit<D: DeviceOps + 'static>(device: &D) -> Option<u64> {
+    DeviceState::of_device(device).budget.host_limit()
 }
 
 /// The memory budget of `device`, if one is set.

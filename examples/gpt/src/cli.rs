@@ -227,6 +227,11 @@ pub struct TrainArgs {
     /// as if the GPU had that much memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory_cap: Option<u64>,
+    /// With --device frugal-cuda: run without Burn's fusion (`frugal_cuda::FrugalCudaUnfused`).
+    /// Then, when the allocator cannot grow, the budget drops tensors it can recompute from
+    /// inside the allocation and the allocation is retried, instead of failing the step.
+    #[arg(long)]
+    pub no_fusion: bool,
 }
 
 impl TrainArgs {
@@ -282,6 +287,12 @@ impl TrainArgs {
                     .to_possible_value()
                     .map_or_else(String::new, |v| v.get_name().to_string())
             ));
+        }
+        if self.no_fusion && self.device != DeviceKind::FrugalCuda {
+            return Err(
+                "--no-fusion selects frugal-cuda's unfused backend: it needs --device frugal-cuda"
+                    .to_string(),
+            );
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", self.lr));

@@ -71,7 +71,7 @@ pub fn settings_summary(args: &TrainArgs) -> Option<String> {
 
 /// One line of what the budget and scopes did.
 pub fn remat_summary(stats: &RematStats) -> String {
-    format!(
+    let mut line = format!(
         "{} evictions ({}), {} recomputes ({}), {} offloads ({}), {} uploads ({}), \
          host memory peak {}, {} compressed ({}), {} decompressed",
         stats.evictions,
@@ -86,7 +86,15 @@ pub fn remat_summary(stats: &RematStats) -> String {
         stats.compressions,
         format_bytes(stats.compressed_bytes),
         stats.decompressions
-    )
+    );
+    if stats.allocation_rescues > 0 {
+        line += &format!(
+            "; the allocator, out of memory, asked the budget {} times ({} dropped)",
+            stats.allocation_rescues,
+            format_bytes(stats.rescued_bytes)
+        );
+    }
+    line
 }
 
 /// Runs one tiny op on the device, so a missing driver or GPU is reported as an error naming
@@ -152,29 +160,24 @@ const OUT_OF_MEMORY_SIGNS: [&str; 7] = [
     "cannot allocate",
 ];
 
-/// The holders the last failure left, read by [`quietly`]'s hook before unwinding dropped the
-/// failing step's tensors.
-static HOLDERS_AT_FAILURE: std::sync::Mutex<Option<Vec<frugal::memory::Holder>>> =
-    std::sync::Mutex::new(None);
+/// A failed step's panic, with what held the device's memory when it failed.
+pub type StepPanic = CaughtPanic<Vec<frugal::memory::Holder>>;
 
 /// Runs `work`, catching its panic, and the backend threads' panics meanwhile, without printing
-/// them (the run reports them in a few lines) and noting what held `device`'s memory at that
-/// moment.
+/// them (the run reports them in a few lines); the caught panic carries what held `device`'s
+/// memory at that moment, read before unwinding dropped the step's tensors.
 pub fn quietly<D: DeviceOps + Clone + Send + Sync + 'static, T>(
     device: &D,
     work: impl FnOnce() -> T,
-) -> Result<T, CaughtPanic> {
+) -> Result<T, StepPanic> {
     let device = device.clone();
-    frugal::catch_quietly(work, move || {
-        let holders = memory::holders(&device);
-        *HOLDERS_AT_FAILURE.lock().unwrap_or_else(|e| e.into_inner()) = Some(holders);
-    })
+    frugal::catch_quietly(work, move || memory::holders(&device))
 }
 
 /// Why a step failed, in a few hundred characters: the first message that names memory (on
 /// CUDA the device thread's own error: the step's thread sees only that the device stopped
 /// answering), else the step's own message.
-pub fn failure_reason(caught: &CaughtPanic) -> String {
+pub fn failure_reason<S>(caught: &CaughtPanic<S>) -> String {
     // A bare `CallError` only says the device stopped answering: a device thread's own
     // message says why.
     let telling = caught
@@ -215,7 +218,7 @@ pub fn failure_reason(caught: &CaughtPanic) -> String {
 /// Whether the device stopped answering after a failure: Burn 0.21's CUDA device threads (the
 /// autotuner, fusion's stream) panic on a runtime error, after which every op on the device
 /// fails, so the step cannot be retried in this process.
-pub fn device_stopped(caught: &CaughtPanic) -> bool {
+pub fn device_stopped<S>(caught: &CaughtPanic<S>) -> bool {
     caught.messages().any(|m| {
         m.contains("CallError")
             || m.contains("channel with the server is down")
@@ -223,15 +226,12 @@ pub fn device_stopped(caught: &CaughtPanic) -> bool {
     })
 }
 
-/// The `--accumulate` that halves the micro-batch of `batch` split `accumulate` ways, or the same
-/// when the micro-batch is one row or odd.
-fn halved_accumulation(batch: usize, accumulate: usize) -> usize {
-    let rows = batch / accumulate.max(1);
-    if rows >= 2 && rows.is_multiple_of(2) {
-        accumulate * 2
-    } else {
-        accumulate
-    }
+/// The number of micro-batches that halves the micro-batch of `batch` split `micro_batches`
+/// ways; `None` when a micro-batch is one row or an odd number of rows.
+pub fn halved_micro_batch(batch: usize, micro_batches: usize) -> Option<usize> {
+    let micro_batches = micro_batches.max(1);
+    let rows = batch / micro_batches;
+    (rows >= 2 && rows.is_multiple_of(2)).then_some(micro_batches * 2)
 }
 
 /// What the device's own pool says, for a failure message: reserved and in-use bytes, and on
@@ -267,17 +267,14 @@ fn device_figures<D: 'static>(device: &D) -> String {
 pub fn step_failure<D: DeviceOps + 'static>(
     args: &TrainArgs,
     what: &str,
-    caught: CaughtPanic,
+    caught: StepPanic,
     device: &D,
     remat_start: &RematStats,
 ) -> String {
     let reason = failure_reason(&caught);
     let report = memory::report(device);
-    let at_failure = HOLDERS_AT_FAILURE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    let holders: Vec<String> = at_failure
+    let holders: Vec<String> = caught
+        .at_panic
         .as_ref()
         .unwrap_or(&report.holders)
         .iter()
@@ -290,7 +287,7 @@ pub fn step_failure<D: DeviceOps + 'static>(
     let resume = if stopped {
         format!(
             "--resume --accumulate {}",
-            halved_accumulation(args.batch, args.accumulate)
+            halved_micro_batch(args.batch, args.accumulate).unwrap_or(args.accumulate)
         )
     } else {
         "--resume".to_string()
@@ -348,7 +345,7 @@ pub fn step_failure<D: DeviceOps + 'static>(
          (--layers {}, --d-model {})",
         format_bytes(report.peak_bytes),
         format_bytes(report.live_bytes),
-        if at_failure.is_some() {
+        if caught.at_panic.is_some() {
             "when it failed"
         } else {
             "now"
@@ -360,4 +357,41 @@ pub fn step_failure<D: DeviceOps + 'static>(
         args.layers,
         args.d_model
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halving_a_micro_batch_needs_an_even_number_of_rows() {
+        assert_eq!(halved_micro_batch(8, 1), Some(2));
+        assert_eq!(halved_micro_batch(8, 2), Some(4));
+        assert_eq!(halved_micro_batch(8, 8), None, "one row");
+        assert_eq!(halved_micro_batch(12, 4), None, "three rows");
+        assert_eq!(
+            halved_micro_batch(6, 0),
+            Some(2),
+            "no split yet is one micro-batch"
+        );
+    }
+
+    #[test]
+    fn a_bare_call_error_gives_way_to_a_device_threads_message() {
+        let caught = frugal::catch_quietly(
+            || {
+                let device =
+                    std::thread::spawn(|| panic!("can't allocate buffer of size: 5313593344"));
+                assert!(device.join().is_err());
+                panic!("failed to read: CallError")
+            },
+            || 3usize,
+        )
+        .unwrap_err();
+        assert_eq!(caught.at_panic, Some(3));
+        assert!(device_stopped(&caught));
+        let reason = failure_reason(&caught);
+        assert!(reason.starts_with("can't allocate buffer"), "{reason}");
+        assert!(is_out_of_memory(&reason));
+    }
 }

@@ -23,7 +23,10 @@ fn main() {
                     .map_err(|e| format!("--memory-cap {cap}: {e}")),
                 None => Ok(()),
             })
-            .and_then(|()| train::<frugal_cuda::FrugalCuda>(&args, Default::default())),
+            .and_then(|()| match args.no_fusion {
+                true => train::<frugal_cuda::FrugalCudaUnfused>(&args, Default::default()),
+                false => train::<frugal_cuda::FrugalCuda>(&args, Default::default()),
+            }),
         #[allow(unreachable_patterns)]
         other => Err(format!(
             "--device {0} needs a build with `--features {0}`; this binary supports: cpu, flex{1}{2}{3}",

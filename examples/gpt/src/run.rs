@@ -17,8 +17,8 @@ use crate::Ad;
 use crate::checkpoint::{self, Resumed};
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
-    device_stopped, failure_reason, first_line, is_out_of_memory, non_finite_loss, probe_device,
-    quietly, settings_refused, step_failure,
+    device_stopped, failure_reason, first_line, halved_micro_batch, is_out_of_memory,
+    non_finite_loss, probe_device, quietly, settings_refused, step_failure,
 };
 use crate::fitting;
 use crate::model::GptConfig;
@@ -199,13 +199,11 @@ pub fn train_observed<B: Backend>(
                         DEVICE_STOPPED.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     let rows = args.batch / micro_batches;
-                    match start {
-                        Some((at_start, record, scaler_at_start))
-                            if is_out_of_memory(&reason)
-                                && rows.is_multiple_of(2)
-                                && !device_stopped(&caught) =>
+                    match (start, halved_micro_batch(args.batch, micro_batches)) {
+                        (Some((at_start, record, scaler_at_start)), Some(more))
+                            if is_out_of_memory(&reason) && !device_stopped(&caught) =>
                         {
-                            micro_batches *= 2;
+                            micro_batches = more;
                             model = at_start;
                             optim = optim.load_record(record);
                             scaler = scaler_at_start;
@@ -220,15 +218,15 @@ pub fn train_observed<B: Backend>(
                                 )
                             });
                         }
-                        _ if is_out_of_memory(&reason)
-                            && rows.is_multiple_of(2)
-                            && device_stopped(&caught)
-                            && !args.no_recover
-                            && lossless_restart(&args, step) =>
+                        (_, Some(more))
+                            if is_out_of_memory(&reason)
+                                && device_stopped(&caught)
+                                && !args.no_recover
+                                && lossless_restart(&args, step) =>
                         {
                             let resume = step > 0;
                             *RESTART.lock().unwrap_or_else(|e| e.into_inner()) = Some(Restart {
-                                accumulate: micro_batches * 2,
+                                accumulate: more,
                                 resume,
                             });
                             return Err(format!(
@@ -242,7 +240,7 @@ pub fn train_observed<B: Backend>(
                                 } else {
                                     String::new()
                                 },
-                                micro_batches * 2,
+                                more,
                                 rows / 2
                             ));
                         }

@@ -17,6 +17,7 @@ use crate::autocast::PrecisionTable;
 use crate::engine::Budget;
 use crate::ledger::{Charge, Ledger};
 use crate::op::OpId;
+use crate::runtime::available_host_memory;
 use crate::scope::{OpenScope, Scopes};
 
 /// Everything Frugal keeps for one device.
@@ -33,6 +34,11 @@ pub(crate) struct DeviceState {
     /// Whether new tensors are managed: a budget is set or a scope is open.
     managing: AtomicBool,
 }
+
+/// The share of the host's available memory a budget's offloads may use unless the user
+/// chose a limit: the rest is left to the program and the system, so that offloading never
+/// gets the process killed for memory.
+pub(crate) const HOST_SHARE: f64 = 0.75;
 
 static STATES: RwLock<Vec<&'static DeviceState>> = RwLock::new(Vec::new());
 
@@ -110,11 +116,31 @@ impl DeviceState {
         }
     }
 
-    /// Sets the budget (`None`: none) and keeps it at once.
+    /// Sets the budget (`None`: none) and keeps it at once. Unless the user chose one, the
+    /// host memory offloads may use is set to [`HOST_SHARE`] of what the host has available
+    /// now.
     pub(crate) fn set_budget(&self, limit: Option<u64>) {
+        if limit.is_some() && !self.budget.host_limit_chosen() {
+            let host = available_host_memory().map(|bytes| (bytes as f64 * HOST_SHARE) as u64);
+            self.budget.set_host_limit(host, false);
+        }
         self.budget.set_limit(limit);
         self.update_managing();
         self.enforce(None, 0);
+    }
+
+    /// Frees at least `bytes` of the device's memory for an allocation that failed, from
+    /// inside it: only tensors whose drop needs no device work (see
+    /// `Budget::free_without_device_work`) and only as long as a budget is set. The bytes
+    /// freed.
+    pub(crate) fn free_for_allocation(&self, bytes: u64) -> u64 {
+        match self.budget.limit() {
+            // A little more than asked, so the next allocations do not each fail again.
+            Some(limit) => self
+                .budget
+                .free_without_device_work(&self.ledger, bytes.saturating_add(limit / 16)),
+            None => 0,
+        }
     }
 
     /// Evicts until live bytes are within the budget, after `op` needed `needed` bytes;

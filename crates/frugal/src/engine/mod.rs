@@ -142,6 +142,9 @@ pub(crate) trait Evictable: Send + Sync {
     /// Moves the data into `batch` (made by [`Self::host_batch`] of a cell of the same
     /// backend); its device bytes leave the ledger now. `false` if it cannot be offloaded.
     fn offload_into(self: Arc<Self>, batch: &mut dyn HostBatch) -> bool;
+    /// Whether dropping its device tensor gives the memory back at once, with no call to the
+    /// device (see [`Budget::free_without_device_work`]).
+    fn drop_frees_at_once(&self) -> bool;
 }
 
 /// Tensors on their way to host memory. They are read back together in one transaction: each
@@ -167,6 +170,10 @@ pub(crate) struct Budget {
     planned: AtomicBool,
     /// The storage type of compressed tensors ([`LowPrecision::code`]; 0: none).
     storage: AtomicU8,
+    /// The most bytes offloads may keep in host memory ([`NO_LIMIT`]: none).
+    host_limit: AtomicU64,
+    /// Whether `host_limit` was chosen by the user (else it follows the host's memory).
+    host_limit_chosen: AtomicBool,
     registry: Mutex<Vec<Weak<dyn Evictable>>>,
     /// The learned step and the reads recorded under it.
     plan: Mutex<StepPlan>,
@@ -185,6 +192,8 @@ impl Default for Budget {
             scope_keeps_products: AtomicBool::new(policy.scope_keeps_products),
             planned: AtomicBool::new(policy.planned),
             storage: AtomicU8::new(0),
+            host_limit: AtomicU64::new(NO_LIMIT),
+            host_limit_chosen: AtomicBool::new(false),
             registry: Mutex::new(Vec::new()),
             plan: Mutex::new(StepPlan::default()),
             counters: Counters::default(),
@@ -200,6 +209,30 @@ impl Budget {
 
     pub(crate) fn set_limit(&self, limit: Option<u64>) {
         self.limit.store(limit.unwrap_or(NO_LIMIT), Relaxed);
+    }
+
+    /// The most bytes offloads may keep in host memory, if limited.
+    pub(crate) fn host_limit(&self) -> Option<u64> {
+        let limit = self.host_limit.load(Relaxed);
+        (limit != NO_LIMIT).then_some(limit)
+    }
+
+    /// Sets the host limit; `chosen`: by the user, so that a new budget keeps it.
+    pub(crate) fn set_host_limit(&self, limit: Option<u64>, chosen: bool) {
+        self.host_limit.store(limit.unwrap_or(NO_LIMIT), Relaxed);
+        self.host_limit_chosen.store(chosen, Relaxed);
+    }
+
+    /// Whether the user chose the host limit.
+    pub(crate) fn host_limit_chosen(&self) -> bool {
+        self.host_limit_chosen.load(Relaxed)
+    }
+
+    /// Whether `bytes` more fit in host memory beside the `pending` bytes of a batch being
+    /// filled.
+    fn host_has_room(&self, pending: u64, bytes: u64) -> bool {
+        let held = self.counters.read().host_bytes;
+        held.saturating_add(pending).saturating_add(bytes) <= self.host_limit.load(Relaxed)
     }
 
     pub(crate) fn policy(&self) -> Policy {
@@ -463,12 +496,23 @@ impl Budget {
             let after = op.map_or("changing the budget".to_string(), |op| {
                 op.name().to_string()
             });
+            let host = self
+                .host_limit()
+                .map(|host_limit| {
+                    format!(
+                        " Offloads hold {} of the host memory they may use ({}; \
+                         `memory::set_host_limit`).",
+                        format_bytes(self.stats().host_bytes),
+                        format_bytes(host_limit)
+                    )
+                })
+                .unwrap_or_default();
             panic!(
                 "frugal: the memory budget of {} on {} cannot be kept after {after}: {} are live \
                  and nothing more can be evicted (the op's inputs, output and the tensors it \
-                 restored take {}). Biggest holders: {holders}. Raise the budget (accepted: at \
-                 least the largest op's inputs and output plus what cannot be recomputed or \
-                 offloaded).",
+                 restored take {}). Biggest holders: {holders}.{host} Raise the budget \
+                 (accepted: at least the largest op's inputs and output plus what cannot be \
+                 recomputed or offloaded).",
                 format_bytes(limit),
                 ledger.label,
                 format_bytes(live),
@@ -485,6 +529,50 @@ impl Budget {
         {
             self.evict_down(ledger, limit);
         }
+    }
+
+    /// Frees at least `bytes` if it can, by evicting tensors it can recompute and whose drop
+    /// gives their memory back at once (alone, then buffers shared with views); returns the
+    /// bytes freed. This is what an allocator's
+    /// out-of-memory handler may do from inside an allocation, on the device's own thread:
+    /// no kernel may be launched there (so no compression and no offload) and no call made to
+    /// the device, and a cell that another thread is using is skipped, never waited for.
+    pub(crate) fn free_without_device_work(&self, ledger: &Ledger, bytes: u64) -> u64 {
+        self.counters.add(Counter::allocation_rescues, 1);
+        let before = ledger.live_bytes();
+        let now = self.clock.load(Relaxed);
+        let policy = self.policy();
+        let mut ranked: Vec<_> = self
+            .cells()
+            .into_iter()
+            .filter(|cell| cell.drop_frees_at_once())
+            .filter_map(|cell| Some((cell.candidate(now, &policy, false)?, cell)))
+            .collect();
+        ranked.sort_by(|a, b| {
+            let (a, b) = (a.0.rank(), b.0.rank());
+            a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+        });
+        let enough = || before.saturating_sub(ledger.live_bytes()) >= bytes;
+        for (_, cell) in ranked {
+            if enough() {
+                break;
+            }
+            cell.evict();
+        }
+        // Buffers shared by a tensor and its views (a product's output split into heads) are
+        // freed only when every one of them goes.
+        let mut groups = self.shared_buffers();
+        groups.retain(|cells| cells.iter().all(|cell| cell.drop_frees_at_once()));
+        while !enough()
+            && let Some(group) = Self::shared_group(&mut groups, now, &policy)
+        {
+            group.iter().for_each(|cell| {
+                cell.evict();
+            });
+        }
+        let freed = before.saturating_sub(ledger.live_bytes());
+        self.counters.add(Counter::rescued_bytes, freed);
+        freed
     }
 
     fn evict_down(&self, ledger: &Ledger, limit: u64) {
@@ -594,12 +682,21 @@ impl Budget {
             }
         }
         let mut batch: Option<Box<dyn HostBatch>> = None;
+        // Host memory is finite too: past its limit a tensor stays (and the budget may fail
+        // with a message) rather than the process being killed for memory.
+        let mut pending = 0;
         for (_, cell) in offload {
             if ledger.live_bytes() <= target {
                 break;
             }
-            cell.clone()
-                .offload_into(&mut **batch.get_or_insert_with(|| cell.host_batch()));
+            let bytes = cell.info().bytes;
+            if self.host_has_room(pending, bytes)
+                && cell
+                    .clone()
+                    .offload_into(&mut **batch.get_or_insert_with(|| cell.host_batch()))
+            {
+                pending += bytes;
+            }
         }
         // A buffer shared by a tensor that can only be offloaded and views of it: once the
         // views are evicted (recomputed from the tensor when read), the tensor is alone on its
@@ -608,6 +705,10 @@ impl Budget {
             && let Some(OffloadableGroup { views, root }) =
                 Self::offloadable_group(&mut groups, now, policy)
         {
+            let bytes = root.info().bytes;
+            if !self.host_has_room(pending, bytes) {
+                break;
+            }
             if !views.iter().all(|view| view.evict()) {
                 break;
             }
@@ -617,6 +718,7 @@ impl Budget {
             {
                 break;
             }
+            pending += bytes;
         }
         let Some(batch) = batch else { return 0 };
         let started = std::time::Instant::now();
@@ -661,6 +763,8 @@ mod tests {
         offloaded: AtomicBool,
         recompute: Option<f64>,
         offloadable: bool,
+        /// Whether its drop frees memory at once (false: a fused backend's tensor).
+        drop_frees_at_once: AtomicBool,
     }
 
     impl MockCell {
@@ -679,6 +783,7 @@ mod tests {
                 offloaded: AtomicBool::new(false),
                 recompute,
                 offloadable,
+                drop_frees_at_once: AtomicBool::new(true),
             })
         }
 
@@ -741,6 +846,9 @@ mod tests {
             }
             batch.0.push(self);
             true
+        }
+        fn drop_frees_at_once(&self) -> bool {
+            self.drop_frees_at_once.load(Relaxed)
         }
     }
 
@@ -833,5 +941,49 @@ mod tests {
         let (ledger, budget, cells) = setup(&[(Some(1.0), true)]);
         budget.enforce(ledger, None, 0);
         assert_eq!(statuses(&cells), [Status::Resident]);
+    }
+
+    #[test]
+    fn an_allocation_rescue_only_drops_what_frees_at_once_and_can_be_recomputed() {
+        let (ledger, budget, cells) = setup(&[
+            (Some(1.0), false),
+            (Some(10.0), false),
+            (None, true),
+            (Some(5.0), false),
+        ]);
+        // A fused backend's tensor: dropping it queues work on the device's thread.
+        cells[0].drop_frees_at_once.store(false, Relaxed);
+        budget.set_limit(Some(1_000_000));
+        use Status::*;
+        assert_eq!(budget.free_without_device_work(ledger, 1000), 1000);
+        assert_eq!(statuses(&cells), [Resident, Resident, Resident, Evicted]);
+        // More than there is: everything it may drop, and nothing else (no offload).
+        assert_eq!(budget.free_without_device_work(ledger, 10_000), 1000);
+        assert_eq!(statuses(&cells), [Resident, Evicted, Resident, Evicted]);
+        assert_eq!(budget.free_without_device_work(ledger, 1), 0);
+        let stats = budget.stats();
+        assert_eq!((stats.allocation_rescues, stats.rescued_bytes), (3, 2000));
+        assert_eq!((stats.offloads, stats.compressions), (0, 0));
+    }
+
+    #[test]
+    fn offloads_stop_at_the_host_limit_and_the_failure_says_so() {
+        let (ledger, budget, cells) = setup(&[(None, true), (None, true), (None, true)]);
+        budget.set_host_limit(Some(1500), true);
+        budget.set_limit(Some(1200));
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            budget.enforce(ledger, None, 0)
+        }))
+        .expect_err("one of the three fits in host memory, the budget needs two out");
+        let offloaded = statuses(&cells)
+            .iter()
+            .filter(|s| **s == Status::Offloaded)
+            .count();
+        assert_eq!(offloaded, 1);
+        let message = panic.downcast_ref::<String>().expect("a message");
+        assert!(
+            message.contains("of the host memory they may use"),
+            "{message}"
+        );
     }
 }

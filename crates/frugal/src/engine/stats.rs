@@ -90,6 +90,11 @@ remat_stats! {
     level replans,
     /// Eviction rounds that scored every tensor by its predicted next read.
     event planned_rounds,
+    /// Times the device's allocator, out of memory, asked the budget to free memory from
+    /// inside the allocation (frugal-cuda's out-of-memory handler).
+    event allocation_rescues,
+    /// Bytes the budget freed for those, by dropping tensors it can recompute.
+    event rescued_bytes,
 }
 
 /// The live counters of one device, one relaxed atomic per [`RematStats`] field.

@@ -586,6 +586,10 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
             None => false,
         }
     }
+
+    fn drop_frees_at_once(&self) -> bool {
+        crate::runtime::drop_frees_at_once::<K::Prim>()
+    }
 }
 
 impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {

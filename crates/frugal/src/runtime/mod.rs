@@ -2,15 +2,21 @@
 //! the one place that lists them, for the code that finds a CubeCL primitive or device behind
 //! a generic type, and the device pool's own figures.
 //!
-//! Owns: the runtime list ([`each_runtime!`]), [`pool_usage`] and [`device_memory`] (the
-//! driver's free and total bytes, for an automatic budget). Imports nothing from the
+//! Owns: the runtime list ([`each_runtime!`]), [`pool_usage`], [`device_memory`] (the
+//! driver's free and total bytes, for an automatic budget), the host's available memory
+//! ([`available_host_memory`], which bounds offloads) and frugal-cuda's out-of-memory
+//! handler as the budget installs it (`oom_rescue.rs`). Imports nothing from the
 //! crate. Reading a pool is a blocking round trip to the device server, so it is done only
 //! when a report asks for it, never per op.
 
 use serde::Serialize;
 
 mod device_memory;
+mod host_memory;
+mod oom_rescue;
 pub use device_memory::{DeviceMemory, device_memory};
+pub use host_memory::available_host_memory;
+pub(crate) use oom_rescue::{OomRescue, drop_frees_at_once, set_oom_rescue};
 
 /// What a CubeCL device pool reports about itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
