@@ -11,6 +11,10 @@
 /// Whether dropping a tensor primitive of type `P` gives its device memory back at once, with
 /// no call to the device: true only for frugal-cuda's unfused tensors (see the module's
 /// documentation).
+#[cfg_attr(
+    not(feature = "frugal-cuda"),
+    allow(clippy::extra_unused_type_parameters)
+)]
 pub(crate) fn drop_frees_at_once<P: 'static>() -> bool {
     #[cfg(feature = "frugal-cuda")]
     {
