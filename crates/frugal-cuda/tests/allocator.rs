@@ -616,3 +616,89 @@ fn under_the_cap_a_hole_in_another_pool_serves_the_request() {
     ok(&a, &[second]);
     assert_eq!(a.snapshot().segments.len(), 1);
 }
+
+/// The failure the 1.2 B-parameter GPT met on the GPU: the device was full, the huge pool held
+/// gigabytes of free holes between live blocks, and a request larger than every hole failed.
+/// Unmapping the holes' granules gives their memory back to the driver, and the request is
+/// mapped from it (here in a new address range, since the first spans the device's 200 MiB).
+#[test]
+fn holes_too_small_each_are_unmapped_to_map_a_larger_request() {
+    // 200 MiB: the four blocks fit, and the segment's range has 40 MiB left after them.
+    let device = SimulatedDevice::new().with_capacity(200 * MIB);
+    let config = AllocatorConfig {
+        huge_threshold: Some(32 * MIB),
+        ..AllocatorConfig::default()
+    };
+    let mut a = CachingAllocator::with_config(device, config);
+    let blocks: Vec<_> = (0..4).map(|_| a.alloc(40 * MIB).unwrap()).collect();
+    assert_eq!(
+        a.snapshot().segments.len(),
+        1,
+        "one huge expandable segment"
+    );
+    let [first, second, third, fourth] = blocks.try_into().unwrap();
+    a.dealloc(first).unwrap();
+    a.dealloc(third).unwrap();
+    assert_eq!(a.stats().largest_free_block, 40 * MIB);
+    let big = a.alloc(60 * MIB).expect("mapped from the holes' memory");
+    let st = a.stats();
+    assert_eq!(st.oom_count, 0);
+    assert_eq!(
+        st.reserved_bytes,
+        140 * MIB,
+        "two 40 MiB blocks and the new 60 MiB"
+    );
+    assert_eq!(a.device().physical_in_use(), 140 * MIB);
+    ok(&a, &[second, fourth, big]);
+    // The gaps are mapped again when a request fits them.
+    let again = a.alloc(36 * MIB).expect("a gap mapped again");
+    assert_eq!(
+        again.segment(),
+        second.segment(),
+        "{:#?}",
+        a.snapshot().segments
+    );
+    assert_eq!(again.offset(), 0, "in the first gap");
+    ok(&a, &[second, fourth, big, again]);
+    for h in [second, fourth, big, again] {
+        a.dealloc(h).unwrap();
+    }
+    ok(&a, &[]);
+    assert!(a.release_cached().unwrap() > 0);
+    assert_eq!(a.stats().reserved_bytes, 0);
+    assert_eq!(a.device().physical_in_use(), 0);
+    assert_eq!(
+        a.snapshot().segments.len(),
+        0,
+        "the address range is given back"
+    );
+}
+
+/// Freeing a block next to an unmapped gap does not merge across the gap, and mapping the gap
+/// again merges it with the free blocks on both sides.
+#[test]
+fn free_blocks_merge_across_a_gap_only_once_it_is_mapped() {
+    let config = AllocatorConfig {
+        huge_threshold: Some(32 * MIB),
+        ..AllocatorConfig::default()
+    };
+    let mut a = CachingAllocator::with_config(SimulatedDevice::new(), config);
+    let blocks: Vec<_> = (0..3).map(|_| a.alloc(40 * MIB).unwrap()).collect();
+    let [first, second, third] = blocks.try_into().unwrap();
+    a.dealloc(second).unwrap();
+    assert_eq!(a.release_cached().unwrap(), 40 * MIB);
+    ok(&a, &[first, third]);
+    a.dealloc(first).unwrap();
+    ok(&a, &[third]);
+    let seg = &a.snapshot().segments[0];
+    assert_eq!(seg.blocks.len(), 2, "first and third stay apart: {seg:?}");
+    // 70 MiB fits the first block (40) and part of the gap (30 more).
+    let big = a.alloc(70 * MIB).unwrap();
+    assert_eq!(big.offset(), 0);
+    assert_eq!(
+        a.stats().reserved_bytes,
+        110 * MIB,
+        "only 30 MiB of the gap mapped"
+    );
+    ok(&a, &[third, big]);
+}

@@ -2,9 +2,11 @@
 //!
 //! Data structures, chosen so every operation is logarithmic in the number of blocks:
 //!
-//! - each segment keeps its blocks in a `BTreeMap` by offset; the blocks tile the mapped part of
-//!   the segment with no gap, so a block's neighbours are the previous and next entries, which
-//!   is what coalescing needs;
+//! - each segment keeps its blocks in a `BTreeMap` by offset; the blocks tile the memory mapped
+//!   in the segment, so a block's neighbours are the previous and next entries when they touch
+//!   it, which is what coalescing needs. A plain segment is mapped whole; an expandable one may
+//!   have unmapped gaps (granules given back by [`CachingAllocator::release_cached`]), which
+//!   hold no block and are mapped again when a request needs them;
 //! - each pool keeps its free blocks in a `BTreeSet` ordered by `(size, segment, offset)`, so
 //!   the first entry at or above the requested size is the best fit (the smallest block that
 //!   fits; ties go to the oldest segment and the lowest offset, which packs memory towards old
@@ -46,12 +48,21 @@ struct Segment {
     base: u64,
     /// `Some(virtual size)` for an expandable segment.
     expandable: Option<u64>,
-    /// Bytes backed by memory from offset 0: the whole size of a plain segment, the mapped
-    /// prefix of an expandable one. Blocks tile exactly `[0, mapped)`.
+    /// Bytes backed by memory: the whole size of a plain segment, the mapped granules of an
+    /// expandable one. Blocks tile exactly the mapped ranges, so this is the sum of their sizes.
     mapped: u64,
     blocks: BTreeMap<u64, Block>,
     /// Number of live blocks, so "is this segment unused" is O(1).
     live: usize,
+}
+
+/// What [`CachingAllocator::release`] gives back of expandable segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// Only memory after the last live block: cached memory no request could miss soon.
+    Ends,
+    /// Also the whole granules of holes between live blocks.
+    Holes,
 }
 
 /// Why growing failed.
@@ -236,11 +247,14 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// gives a block, as `malloc` in PyTorch's caching allocator does:
     /// 1. a free block of the request's pool, by best fit;
     /// 2. a new segment;
-    /// 3. after releasing the cached (unused) segments of every pool, a new segment;
+    /// 3. after releasing the cached memory no block lies beyond (unused plain segments, the
+    ///    free ends of expandable ones), a new segment;
     /// 4. a free block of any pool;
-    /// 5. the out-of-memory handler, if one is installed and frees something: queued frees
-    ///    applied, then rungs 1, 3 (releasing unconditionally), 4 and 2 once more;
-    /// 6. [`AllocError::OutOfMemory`], naming the rung's reason (cap or device).
+    /// 5. after also unmapping the free granules between live blocks of expandable segments
+    ///    (a request larger than every hole is then mapped from their memory), a new segment;
+    /// 6. the out-of-memory handler, if one is installed and frees something: queued frees
+    ///    applied, then rungs 1, 5 (releasing unconditionally), 4 and 2 once more;
+    /// 7. [`AllocError::OutOfMemory`], naming the rung's reason (cap or device).
     pub fn alloc(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
         self.flush();
         let rounded = round_size(size).ok_or(AllocError::SizeOverflow { requested: size })?;
@@ -253,7 +267,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             return Ok(handle);
         }
         // Memory cached in unused segments (of either pool) may be what is missing.
-        if self.release_cached()? > 0
+        if self.release(Release::Ends)? > 0
             && let Some(handle) = self.try_grow(pool, rounded, &mut reason)?
         {
             return Ok(handle);
@@ -262,6 +276,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         // request) is better than failing: pools separate sizes to limit fragmentation, not
         // to refuse memory that is there.
         if let Some(handle) = self.alloc_from_any_pool(rounded) {
+            return Ok(handle);
+        }
+        // Holes between live blocks, each too small, may together hold the request.
+        if self.release(Release::Holes)? > 0
+            && let Some(handle) = self.try_grow(pool, rounded, &mut reason)?
+        {
             return Ok(handle);
         }
         if self.ask_oom_handler(size, rounded, pool, reason) {
@@ -360,6 +380,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let mut size = block.size;
         if let Some((&prev, &pb)) = seg.blocks.range(..handle.offset).next_back()
             && pb.live.is_none()
+            && prev + pb.size == handle.offset
         {
             free.remove(&(pb.size, seg_id, prev));
             seg.blocks.remove(&handle.offset);
@@ -368,6 +389,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         if let Some((&next, &nb)) = seg.blocks.range(handle.offset + 1..).next()
             && nb.live.is_none()
+            && handle.offset + block.size == next
         {
             free.remove(&(nb.size, seg_id, next));
             seg.blocks.remove(&next);
@@ -396,19 +418,25 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         applied
     }
 
-    /// Returns unused memory to the device: every segment without a live block, and the
-    /// granules of an expandable segment's free tail (its last block, when free). Free blocks
-    /// between live ones stay cached. Returns the bytes released. The same as PyTorch's
-    /// `empty_cache`.
+    /// Returns unused memory to the device: every plain segment without a live block, and every
+    /// whole granule inside a free block of an expandable segment (an expandable segment left
+    /// with nothing mapped gives its address range back too). Free bytes of a granule shared
+    /// with a live block stay cached. Returns the bytes released. PyTorch's `empty_cache` does
+    /// the same; unmapping the holes between live blocks is what lets a request larger than
+    /// any hole be mapped from their memory.
     pub fn release_cached(&mut self) -> Result<u64, AllocError> {
-        let g = self.granularity;
+        self.release(Release::Holes)
+    }
+
+    /// [`Self::release_cached`], unmapping only free ends of expandable segments with
+    /// [`Release::Ends`].
+    fn release(&mut self, what: Release) -> Result<u64, AllocError> {
         let ids: Vec<u64> = self.segments.keys().copied().collect();
         let mut released = 0;
         for id in ids {
             let Some(seg) = self.segments.get(&id) else {
                 continue;
             };
-            let pool = pool_index(seg.pool);
             match seg.expandable {
                 None => {
                     if seg.live != 0 {
@@ -416,6 +444,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                     }
                     self.device.free(seg.base, seg.mapped)?;
                     let size = seg.mapped;
+                    let pool = pool_index(seg.pool);
                     self.segments.remove(&id);
                     self.free[pool].remove(&(size, id, 0));
                     self.st.reserved_bytes -= size;
@@ -424,34 +453,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                     released += size;
                 }
                 Some(virtual_size) => {
-                    let tail = seg.blocks.last_key_value().map(|(&o, &b)| (o, b));
-                    if let Some((offset, block)) = tail
-                        && block.live.is_none()
-                    {
-                        // Keep the granule the free block starts in if it is shared with a
-                        // live block; unmap every granule after it.
-                        let keep = offset.next_multiple_of(g);
-                        if keep < seg.mapped {
-                            let trim = seg.mapped - keep;
-                            self.device.unmap(seg.base, keep, trim)?;
-                            let Some(seg) = self.segments.get_mut(&id) else {
-                                continue;
-                            };
-                            self.free[pool].remove(&(block.size, id, offset));
-                            if keep > offset {
-                                let size = keep - offset;
-                                seg.blocks.insert(offset, Block { size, live: None });
-                                self.free[pool].insert((size, id, offset));
-                            } else {
-                                seg.blocks.remove(&offset);
-                            }
-                            seg.mapped = keep;
-                            self.st.reserved_bytes -= trim;
-                            self.st.free_bytes -= trim;
-                            self.st.device_frees += 1;
-                            released += trim;
-                        }
-                    }
+                    released += self.unmap_free_granules(id, what)?;
                     if let Some(seg) = self.segments.get(&id)
                         && seg.mapped == 0
                     {
@@ -460,6 +462,60 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                     }
                 }
             }
+        }
+        Ok(released)
+    }
+
+    /// Unmaps every whole granule inside the free blocks of expandable segment `id` (only its
+    /// last block with [`Release::Ends`]), keeping the parts of those blocks that share a
+    /// granule with a live block. Returns the bytes unmapped.
+    fn unmap_free_granules(&mut self, id: u64, what: Release) -> Result<u64, AllocError> {
+        let g = self.granularity;
+        let Some(seg) = self.segments.get(&id) else {
+            return Ok(0);
+        };
+        let (base, pool) = (seg.base, pool_index(seg.pool));
+        let last = seg.blocks.last_key_value().map(|(&offset, _)| offset);
+        let free_blocks: Vec<(u64, u64)> = seg
+            .blocks
+            .iter()
+            .filter(|(offset, b)| {
+                b.live.is_none() && (what == Release::Holes || Some(**offset) == last)
+            })
+            .map(|(&offset, b)| (offset, b.size))
+            .collect();
+        let mut released = 0;
+        for (offset, size) in free_blocks {
+            let start = offset.next_multiple_of(g);
+            let end = (offset + size) / g * g;
+            if start >= end {
+                continue;
+            }
+            self.device.unmap(base, start, end - start)?;
+            let Some(seg) = self.segments.get_mut(&id) else {
+                break;
+            };
+            let free = &mut self.free[pool];
+            free.remove(&(size, id, offset));
+            seg.blocks.remove(&offset);
+            for (part, part_size) in [(offset, start - offset), (end, offset + size - end)] {
+                if part_size > 0 {
+                    seg.blocks.insert(
+                        part,
+                        Block {
+                            size: part_size,
+                            live: None,
+                        },
+                    );
+                    free.insert((part_size, id, part));
+                }
+            }
+            let trim = end - start;
+            seg.mapped -= trim;
+            self.st.reserved_bytes -= trim;
+            self.st.free_bytes -= trim;
+            self.st.device_frees += 1;
+            released += trim;
         }
         Ok(released)
     }
@@ -636,6 +692,42 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// Records `[at, at + size)` of segment `id`, just mapped, as a free block merged with the
+    /// free blocks that touch it; returns the merged block's free-index key.
+    fn insert_mapped(&mut self, id: u64, at: u64, size: u64) -> FreeKey {
+        let seg = self
+            .segments
+            .get_mut(&id)
+            .expect("growth names a live segment");
+        let free = &mut self.free[pool_index(seg.pool)];
+        let (mut start, mut merged) = (at, size);
+        if let Some((&prev, &pb)) = seg.blocks.range(..at).next_back()
+            && pb.live.is_none()
+            && prev + pb.size == at
+        {
+            free.remove(&(pb.size, id, prev));
+            start = prev;
+            merged += pb.size;
+        }
+        if let Some(nb) = seg.blocks.get(&(at + size)).copied()
+            && nb.live.is_none()
+        {
+            free.remove(&(nb.size, id, at + size));
+            seg.blocks.remove(&(at + size));
+            merged += nb.size;
+        }
+        seg.blocks.insert(
+            start,
+            Block {
+                size: merged,
+                live: None,
+            },
+        );
+        seg.mapped += size;
+        free.insert((merged, id, start));
+        (merged, id, start)
+    }
+
     /// Adds a segment whose `[0, mapped)` is one free block.
     fn new_segment(&mut self, pool: Pool, base: u64, expandable: Option<u64>, mapped: u64) -> u64 {
         let id = self.next_segment;
@@ -677,66 +769,37 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(self.take((size, id, 0), rounded))
     }
 
-    /// Grows an expandable segment at its end (merging with its free tail) or, if none has the
-    /// address space left, makes a new one.
+    /// Maps granules into an expandable segment of `pool` where the fewest are needed: an
+    /// unmapped gap or the unmapped end of its range, counting the free blocks that touch it
+    /// (with which the new memory merges). If no segment has room, makes a new one.
     fn grow_expandable(&mut self, pool: Pool, rounded: u64) -> Result<BlockHandle, GrowError> {
         let g = self.granularity;
-        // The segment needing the fewest new granules: the request minus its free tail.
-        let mut best: Option<(u64, u64, u64)> = None; // (growth, segment, tail offset)
+        // (growth, segment, where to map)
+        let mut best: Option<(u64, u64, u64)> = None;
         for (&id, seg) in &self.segments {
             let Some(virtual_size) = seg.expandable.filter(|_| seg.pool == pool) else {
                 continue;
             };
-            let (tail, tail_free) = match seg.blocks.last_key_value() {
-                Some((&offset, b)) if b.live.is_none() => (offset, b.size),
-                _ => (seg.mapped, 0),
-            };
-            let Some(growth) = rounded
-                .saturating_sub(tail_free)
-                .checked_next_multiple_of(g)
-            else {
-                continue;
-            };
-            let fits = seg
-                .mapped
-                .checked_add(growth)
-                .is_some_and(|m| m <= virtual_size);
-            if fits && best.is_none_or(|(b, _, _)| growth < b) {
-                best = Some((growth, id, tail));
+            for gap in unmapped_gaps(seg, virtual_size) {
+                let Some(growth) = gap.growth_for(rounded, g) else {
+                    continue;
+                };
+                if best.is_none_or(|(b, _, _)| growth < b) {
+                    best = Some((growth, id, gap.start));
+                }
             }
         }
-        if let Some((growth, id, tail)) = best {
+        if let Some((growth, id, at)) = best {
             self.check_cap(growth)?;
             let Some(seg) = self.segments.get(&id) else {
                 return Err(GrowError::DeviceOom);
             };
-            if growth > 0 {
-                self.device
-                    .map(seg.base, seg.mapped, growth)
-                    .map_err(grow_error)?;
-            }
-            let Some(seg) = self.segments.get_mut(&id) else {
-                return Err(GrowError::DeviceOom);
-            };
-            let free = &mut self.free[pool_index(pool)];
-            let size = match seg.blocks.get(&tail) {
-                Some(b) => {
-                    free.remove(&(b.size, id, tail));
-                    b.size + growth
-                }
-                None => growth,
-            };
-            seg.blocks.insert(tail, Block { size, live: None });
-            seg.mapped += growth;
-            free.insert((size, id, tail));
+            self.device.map(seg.base, at, growth).map_err(grow_error)?;
+            let key = self.insert_mapped(id, at, growth);
             self.add_reserved(growth);
-            // Zero growth cannot follow a cache miss (the free tail would have fitted), but
-            // if it ever happens it is not a device allocation.
-            if growth > 0 {
-                self.st.device_allocs += 1;
-                self.st.segment_growths += 1;
-            }
-            return Ok(self.take((size, id, tail), rounded));
+            self.st.device_allocs += 1;
+            self.st.segment_growths += 1;
+            return Ok(self.take(key, rounded));
         }
         let mapped = rounded
             .checked_next_multiple_of(g)
@@ -753,4 +816,60 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let id = self.new_segment(pool, base, Some(virtual_size), mapped);
         Ok(self.take((mapped, id, 0), rounded))
     }
+}
+
+/// An unmapped range of an expandable segment: a gap between mapped blocks, or the rest of
+/// its address range after the last one.
+#[derive(Debug, Clone, Copy)]
+struct UnmappedGap {
+    start: u64,
+    end: u64,
+    /// Size of the free block that ends at `start`, 0 if none.
+    free_before: u64,
+    /// Size of the free block that starts at `end`, 0 if none.
+    free_after: u64,
+}
+
+impl UnmappedGap {
+    /// Granule-rounded bytes to map at `start` so that, merged with the free blocks touching
+    /// it, a block of `rounded` bytes forms; `None` if the gap cannot give that much.
+    fn growth_for(&self, rounded: u64, granularity: u64) -> Option<u64> {
+        let need = rounded.checked_sub(self.free_before).filter(|&n| n > 0)?;
+        let len = self.end - self.start;
+        match need.checked_next_multiple_of(granularity) {
+            Some(growth) if growth <= len => Some(growth),
+            // Mapping all of it joins the free block after it.
+            _ if need <= len + self.free_after => Some(len),
+            _ => None,
+        }
+    }
+}
+
+/// The unmapped ranges of an expandable segment spanning `virtual_size` bytes, in address
+/// order.
+fn unmapped_gaps(seg: &Segment, virtual_size: u64) -> Vec<UnmappedGap> {
+    let mut gaps = Vec::new();
+    let mut cursor = 0;
+    let mut free_before = 0;
+    for (&offset, block) in &seg.blocks {
+        if offset > cursor {
+            gaps.push(UnmappedGap {
+                start: cursor,
+                end: offset,
+                free_before,
+                free_after: if block.live.is_none() { block.size } else { 0 },
+            });
+        }
+        cursor = offset + block.size;
+        free_before = if block.live.is_none() { block.size } else { 0 };
+    }
+    if virtual_size > cursor {
+        gaps.push(UnmappedGap {
+            start: cursor,
+            end: virtual_size,
+            free_before,
+            free_after: 0,
+        });
+    }
+    gaps
 }

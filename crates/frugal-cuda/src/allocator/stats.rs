@@ -113,9 +113,11 @@ pub struct SegmentSnapshot {
     /// Address range it spans: its size for a plain segment, the reservation for an expandable
     /// one.
     pub virtual_size: u64,
-    /// Bytes backed by memory, from offset 0 (its size for a plain segment).
+    /// Bytes backed by memory (its size for a plain segment), the sum of its blocks' sizes.
     pub mapped_size: u64,
-    /// Its blocks in address order; they tile `[0, mapped_size)`.
+    /// Its blocks in address order; they tile its mapped ranges. A plain segment is one range
+    /// from offset 0; in an expandable one, granule-aligned unmapped gaps may lie between
+    /// blocks.
     pub blocks: Vec<BlockSnapshot>,
 }
 

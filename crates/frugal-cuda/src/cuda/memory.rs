@@ -232,14 +232,16 @@ impl DeviceMemory for CudaDeviceMemory {
     fn unmap(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
         self.synchronize()?;
         let start = base + offset;
-        // SAFETY: the range is fully mapped by `map` and holds no live block.
-        check(
-            unsafe { sys::cuMemUnmap(start, size as usize) },
-            "cuMemUnmap",
-            0,
-        )?;
+        // One granule at a time: `cuMemUnmap` takes whole ranges of one `cuMemMap`, and each
+        // granule was mapped on its own.
         let mut address = start;
         while address < start + size {
+            // SAFETY: the granule is mapped by `map` and holds no live block.
+            check(
+                unsafe { sys::cuMemUnmap(address, self.granularity as usize) },
+                "cuMemUnmap",
+                0,
+            )?;
             if let Some(handle) = self.granules.remove(&address) {
                 // SAFETY: the granule's mapping is gone; releasing frees its memory.
                 check(unsafe { sys::cuMemRelease(handle) }, "cuMemRelease", 0)?;

@@ -41,13 +41,29 @@ pub fn check_invariants(
         mapped_total += seg.mapped_size;
         let mut expected = 0;
         let mut prev_free = false;
+        let mut in_blocks = 0;
+        let granule = dev_granularity(alloc);
         for b in &seg.blocks {
-            if b.offset != expected {
+            if b.offset < expected {
                 return Err(format!(
-                    "segment {:?}: block at {} but previous ended at {expected}",
+                    "segment {:?}: block at {} overlaps the previous, which ends at {expected}",
                     seg.id, b.offset
                 ));
             }
+            if b.offset > expected {
+                // An unmapped gap: only in expandable segments, whole granules.
+                if !seg.expandable
+                    || !expected.is_multiple_of(granule)
+                    || !b.offset.is_multiple_of(granule)
+                {
+                    return Err(format!(
+                        "segment {:?}: gap [{expected}, {}) in a plain segment or not granule-aligned",
+                        seg.id, b.offset
+                    ));
+                }
+                prev_free = false;
+            }
+            in_blocks += b.size;
             if b.size == 0 || !b.size.is_multiple_of(MIN_BLOCK_SIZE) {
                 return Err(format!("segment {:?}: block size {}", seg.id, b.size));
             }
@@ -74,10 +90,16 @@ pub fn check_invariants(
             }
             expected = b.offset + b.size;
         }
-        if expected != seg.mapped_size {
+        if in_blocks != seg.mapped_size {
             return Err(format!(
-                "segment {:?}: blocks end at {expected}, mapped {}",
+                "segment {:?}: blocks hold {in_blocks} B, mapped {}",
                 seg.id, seg.mapped_size
+            ));
+        }
+        if expected > seg.virtual_size || (!seg.expandable && expected != seg.mapped_size) {
+            return Err(format!(
+                "segment {:?}: blocks end at {expected}, spans {}, mapped {}",
+                seg.id, seg.virtual_size, seg.mapped_size
             ));
         }
     }
@@ -139,10 +161,10 @@ pub fn check_invariants(
         if h.address() != seg.address + h.offset() {
             return Err(format!("block {h:?}: address is not segment base + offset"));
         }
-        if h.offset() + h.size() > seg.mapped_size {
+        if h.offset() + h.size() > seg.virtual_size {
             return Err(format!(
-                "block {h:?} ends past the mapped {} B of its segment",
-                seg.mapped_size
+                "block {h:?} ends past the {} B its segment spans",
+                seg.virtual_size
             ));
         }
         if !h.address().is_multiple_of(MIN_BLOCK_SIZE) {
@@ -172,8 +194,10 @@ pub fn all_segments_free(snap: &Snapshot) -> Result<(), String> {
         let whole = seg.blocks.len() == 1
             && !seg.blocks[0].allocated
             && seg.blocks[0].size == seg.mapped_size;
+        // After a release, an expandable segment's free memory may lie between unmapped gaps.
+        let gapped = seg.expandable && seg.blocks.iter().all(|b| !b.allocated);
         let empty = seg.blocks.is_empty() && seg.mapped_size == 0;
-        if !(whole || empty) {
+        if !(whole || empty || gapped) {
             return Err(format!("segment not coalesced: {seg:?}"));
         }
     }
