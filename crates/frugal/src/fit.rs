@@ -66,6 +66,20 @@ pub struct FitCandidate {
     pub budget: Option<u64>,
 }
 
+/// What one probe runs: `steps` optimizer steps of `candidate`, one after the other, each of
+/// only `micro_batches` of its micro-batches (at most two: the peak of an accumulated step is
+/// reached by its second micro-batch, while the first one's gradients are held, and the time
+/// of the rest is that of the ones run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FitProbe {
+    /// The configuration probed.
+    pub candidate: FitCandidate,
+    /// Optimizer steps to run; the last is timed (the first pays for kernel compilation).
+    pub steps: usize,
+    /// Micro-batches per probe step: the candidate's accumulation, or fewer.
+    pub micro_batches: usize,
+}
+
 /// What is known of one candidate.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FitOutcome {
@@ -74,12 +88,21 @@ pub enum FitOutcome {
     Measured {
         /// Peak live tensor bytes during the probe.
         peak_bytes: u64,
-        /// Time of one optimizer step.
+        /// Time of one optimizer step: measured on the probe's micro-batches and scaled to the
+        /// candidate's accumulation (which counts the optimizer update that many times over,
+        /// a bias towards fewer, larger micro-batches).
         step: Duration,
     },
     /// Not probed: the peak extrapolated from smaller micro-batches is over the limit.
     Predicted {
         /// The extrapolated peak.
+        peak_bytes: u64,
+    },
+    /// Not probed under a budget: without one, the peak extrapolated from the plain probes is
+    /// more than [`AutoFit::max_oversubscription`] times the limit, so a budget would spend
+    /// the step recomputing.
+    Oversubscribed {
+        /// The extrapolated peak without a budget.
         peak_bytes: u64,
     },
     /// The probe failed (e.g. one op alone does not fit the budget); the message says why.
@@ -171,6 +194,12 @@ fn write_rows(
                 "-".into(),
                 "predicted over the limit, not run".into(),
             ),
+            FitOutcome::Oversubscribed { peak_bytes } => (
+                format!("~{}", format_bytes(*peak_bytes)),
+                "-".into(),
+                "-".into(),
+                "predicted too far over the budget to recompute, not run".into(),
+            ),
             FitOutcome::Failed(why) => (
                 "-".into(),
                 "-".into(),
@@ -232,7 +261,7 @@ impl std::fmt::Display for FitError {
                     .filter_map(|r| match r.outcome {
                         FitOutcome::Measured { peak_bytes, .. }
                         | FitOutcome::Predicted { peak_bytes } => Some(peak_bytes),
-                        FitOutcome::Failed(_) => None,
+                        FitOutcome::Oversubscribed { .. } | FitOutcome::Failed(_) => None,
                     })
                     .min();
                 writeln!(
@@ -271,20 +300,28 @@ pub struct AutoFit {
     /// Probe steps per configuration, run one after the other; the last is timed (the first
     /// pays for compilation, and AdamW's state exists from the second on).
     pub probe_steps: usize,
+    /// Micro-batches run per probe step, at most (see [`FitProbe`]).
+    pub probe_micro_batches: usize,
+    /// Budgeted candidates whose peak without a budget (extrapolated from the plain probes)
+    /// is more than this many times the limit are not probed.
+    pub max_oversubscription: f64,
     /// Share of the limit kept free when choosing a micro-batch by extrapolation, for the
     /// error of the linear fit.
     pub margin: f64,
 }
 
 impl AutoFit {
-    /// A search over every policy that needs no compression, with two probe steps and a 5%
-    /// margin.
+    /// A search over every policy that needs no compression, with two probe steps of at most
+    /// two micro-batches, a 5% margin, and budgets not probed where the plain peak would be
+    /// more than twice the limit.
     pub fn new(effective_batch: usize, limit: u64) -> Self {
         Self {
             effective_batch,
             limit,
             policies: vec![FitPolicy::Plain, FitPolicy::Scopes, FitPolicy::Budget],
             probe_steps: 2,
+            probe_micro_batches: 2,
+            max_oversubscription: 2.0,
             margin: 0.05,
         }
     }
@@ -301,17 +338,24 @@ impl AutoFit {
         self
     }
 
-    /// Runs the search on `device`. `probe(candidate, steps)` runs `steps` whole optimizer
-    /// steps of the candidate (each its `accumulation` micro-batches and the update), one
-    /// after the other, on a throwaway copy of the model and optimizer, applying the policy's
-    /// scopes or compression, drops the copies, and returns the time of the last step (the
-    /// first pays for kernel compilation). Frugal sets the candidate's budget around it and
-    /// reads the peak. A probe that panics or returns an error counts as not fitting; its
-    /// panic message is kept, not printed.
+    /// The same search running at most `micro_batches` micro-batches per probe step (at least
+    /// 1; `usize::MAX` probes whole steps).
+    pub fn with_probe_micro_batches(mut self, micro_batches: usize) -> Self {
+        self.probe_micro_batches = micro_batches;
+        self
+    }
+
+    /// Runs the search on `device`. `probe(p)` runs `p.steps` optimizer steps of
+    /// `p.candidate` (each `p.micro_batches` of its micro-batches and the update), one after
+    /// the other, on a throwaway copy of the model and optimizer, applying the policy's scopes
+    /// or compression, drops the copies, and returns the time of the last step (the first
+    /// pays for kernel compilation). Frugal sets the candidate's budget around it, reads the
+    /// peak and scales the time to the whole accumulation. A probe that panics or returns an
+    /// error counts as not fitting; its panic message is kept, not printed.
     pub fn run<D: DeviceOps + 'static>(
         &self,
         device: &D,
-        mut probe: impl FnMut(&FitCandidate, usize) -> Result<Duration, String>,
+        mut probe: impl FnMut(&FitProbe) -> Result<Duration, String>,
     ) -> Result<FitChoice, FitError> {
         if self.effective_batch == 0 {
             return Err(FitError::Request("the effective batch is 0".into()));
@@ -325,13 +369,19 @@ impl AutoFit {
         if self.probe_steps == 0 {
             return Err(FitError::Request("probe steps must be at least 1".into()));
         }
+        if self.probe_micro_batches == 0 {
+            return Err(FitError::Request(
+                "micro-batches per probe step must be at least 1".into(),
+            ));
+        }
         let micro: Vec<usize> = (1..=self.effective_batch)
             .filter(|m| self.effective_batch.is_multiple_of(*m))
             .collect();
         let mut rows = Vec::new();
         for &policy in &self.policies {
             if policy.uses_budget() {
-                self.search_budget(device, policy, &micro, &mut probe, &mut rows);
+                let plain_peak = plain_peak_line(&rows);
+                self.search_budget(device, policy, &micro, plain_peak, &mut probe, &mut rows);
             } else {
                 self.search_unbudgeted(device, policy, &micro, &mut probe, &mut rows);
             }
@@ -373,7 +423,7 @@ impl AutoFit {
         device: &D,
         policy: FitPolicy,
         micro: &[usize],
-        probe: &mut impl FnMut(&FitCandidate, usize) -> Result<Duration, String>,
+        probe: &mut impl FnMut(&FitProbe) -> Result<Duration, String>,
         rows: &mut Vec<FitRow>,
     ) {
         let mut measured: Vec<(usize, u64)> = Vec::new();
@@ -389,15 +439,8 @@ impl AutoFit {
             }
         }
         let allowed = (self.limit as f64 * (1.0 - self.margin)) as u64;
-        let predict = |m: usize| -> u64 {
-            match measured.as_slice() {
-                [(m0, p0), (m1, p1)] => {
-                    let slope = (*p1 as f64 - *p0 as f64) / (*m1 as f64 - *m0 as f64);
-                    (*p0 as f64 + slope.max(0.0) * (m as f64 - *m0 as f64)).max(0.0) as u64
-                }
-                _ => u64::MAX,
-            }
-        };
+        let line = PeakLine::through(&measured);
+        let predict = |m: usize| -> u64 { line.map_or(u64::MAX, |line| line.at(m)) };
         let mut larger: Vec<usize> = micro.iter().skip(2).copied().collect();
         larger.reverse();
         let mut tried_fit = false;
@@ -424,17 +467,32 @@ impl AutoFit {
     }
 
     /// Measures from the whole batch down, under a budget at the limit, until a micro-batch
-    /// runs and the next smaller one is no faster.
+    /// runs and the next smaller one is no faster. Micro-batches whose peak without a budget
+    /// (`plain_peak`, when the plain probes measured it) is too far over the limit are skipped.
     fn search_budget<D: DeviceOps + 'static>(
         &self,
         device: &D,
         policy: FitPolicy,
         micro: &[usize],
-        probe: &mut impl FnMut(&FitCandidate, usize) -> Result<Duration, String>,
+        plain_peak: Option<PeakLine>,
+        probe: &mut impl FnMut(&FitProbe) -> Result<Duration, String>,
         rows: &mut Vec<FitRow>,
     ) {
         let mut best: Option<f64> = None;
+        let too_far = self.limit as f64 * self.max_oversubscription;
         for &m in micro.iter().rev() {
+            if let Some(line) = plain_peak
+                && line.at(m) as f64 > too_far
+            {
+                rows.push(FitRow {
+                    candidate: self.candidate(m, policy),
+                    outcome: FitOutcome::Oversubscribed {
+                        peak_bytes: line.at(m),
+                    },
+                    fits: false,
+                });
+                continue;
+            }
             let row = self.measure(device, self.candidate(m, policy), probe);
             // Ran, but an op's inputs and output together went over: again, that much lower.
             let row = match row.outcome {
@@ -469,17 +527,24 @@ impl AutoFit {
         &self,
         device: &D,
         candidate: FitCandidate,
-        probe: &mut impl FnMut(&FitCandidate, usize) -> Result<Duration, String>,
+        probe: &mut impl FnMut(&FitProbe) -> Result<Duration, String>,
     ) -> FitRow {
         let budget_before = memory::budget(device);
         memory::set_budget(device, candidate.budget);
         memory::reset_peak(device);
-        let result = catch_quietly(|| probe(&candidate, self.probe_steps), || ());
+        let run = FitProbe {
+            candidate,
+            steps: self.probe_steps,
+            micro_batches: candidate.accumulation.min(self.probe_micro_batches),
+        };
+        let result = catch_quietly(|| probe(&run), || ());
         let peak_bytes = memory::peak_bytes(device);
         // The probe's copies are gone: what is left is what was there before.
         memory::set_budget(device, budget_before);
         let outcome = match result {
-            Ok(Ok(step)) => Ok(step),
+            Ok(Ok(step)) => {
+                Ok(step.mul_f64(candidate.accumulation as f64 / run.micro_batches as f64))
+            }
             Ok(Err(why)) => Err(why),
             Err(panic) => Err(panic.message()),
         };
@@ -496,4 +561,47 @@ impl AutoFit {
             },
         }
     }
+}
+
+/// A peak linear in the micro-batch, through two measurements.
+#[derive(Clone, Copy, Debug)]
+struct PeakLine {
+    micro_batch: usize,
+    peak: f64,
+    slope: f64,
+}
+
+impl PeakLine {
+    /// The line through the first two `(micro-batch, peak)` points; `None` with fewer. A
+    /// falling line (noise) is taken as flat.
+    fn through(points: &[(usize, u64)]) -> Option<Self> {
+        match points {
+            [(m0, p0), (m1, p1), ..] if m1 != m0 => Some(Self {
+                micro_batch: *m0,
+                peak: *p0 as f64,
+                slope: ((*p1 as f64 - *p0 as f64) / (*m1 as f64 - *m0 as f64)).max(0.0),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The predicted peak at micro-batch `m`.
+    fn at(&self, m: usize) -> u64 {
+        (self.peak + self.slope * (m as f64 - self.micro_batch as f64)).max(0.0) as u64
+    }
+}
+
+/// The plain policy's peak line, from its rows measured so far.
+fn plain_peak_line(rows: &[FitRow]) -> Option<PeakLine> {
+    let points: Vec<(usize, u64)> = rows
+        .iter()
+        .filter(|row| row.candidate.policy == FitPolicy::Plain)
+        .filter_map(|row| match row.outcome {
+            FitOutcome::Measured { peak_bytes, .. } => {
+                Some((row.candidate.micro_batch, peak_bytes))
+            }
+            _ => None,
+        })
+        .collect();
+    PeakLine::through(&points)
 }

@@ -52,7 +52,9 @@ pub use backend::Frugal;
 pub use catch::{CaughtPanic, catch_quietly, panic_message};
 pub use checkpoint::{ScopeOutput, checkpoint};
 pub use engine::{Action, EvictionMode, Policy, RematStats};
-pub use fit::{AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitRow};
+pub use fit::{
+    AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitProbe, FitRow,
+};
 pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
 pub use scaler::{GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep};
 pub use tensor::FrugalTensor;

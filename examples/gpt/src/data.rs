@@ -108,6 +108,18 @@ impl Corpus {
 }
 
 impl Batch {
+    /// The first `rows` sequences (all of them if there are fewer).
+    pub fn first_rows(&self, rows: usize) -> Batch {
+        let rows = rows.min(self.batch);
+        let len = rows * self.seq;
+        Batch {
+            inputs: self.inputs[..len].to_vec(),
+            targets: self.targets[..len].to_vec(),
+            batch: rows,
+            seq: self.seq,
+        }
+    }
+
     /// The batch split into `parts` equal micro-batches of consecutive sequences; refused
     /// when `parts` does not divide the batch.
     pub fn split(self, parts: usize) -> Result<Vec<Batch>, frugal::AccumulationError> {

@@ -1,10 +1,10 @@
 //! `--fit`: before training, choose the micro-batch, accumulation and memory policy that fit
 //! the limit with the best measured throughput ([`frugal::AutoFit`]), probing on throwaway
-//! copies of the model and optimizer with the run's first batch.
+//! copies of the model and optimizer with the first rows of the run's first batch.
 
 use burn::tensor::backend::Backend;
 use frugal::memory;
-use frugal::{AutoFit, FitCandidate, FitChoice, FitPolicy, LowPrecision};
+use frugal::{AutoFit, FitChoice, FitPolicy, FitProbe, LowPrecision};
 
 use crate::Ad;
 use crate::cli::{Precision, TrainArgs};
@@ -34,7 +34,8 @@ pub fn choose<B: Backend>(
     device: &B::Device,
 ) -> Result<FitChoice, String> {
     let search = AutoFit::new(args.batch, limit).with_policies(policies::<B>(device));
-    let choice = search.run(device, |candidate: &FitCandidate, steps: usize| {
+    let choice = search.run(device, |probe: &FitProbe| {
+        let candidate = &probe.candidate;
         let storage = match candidate.policy {
             FitPolicy::BudgetCompressed(low) => Some(low),
             _ => None,
@@ -43,19 +44,20 @@ pub fn choose<B: Backend>(
         let options = StepOptions {
             lr: args.lr,
             checkpoint_blocks: candidate.policy == FitPolicy::Scopes,
-            micro_batches: candidate.accumulation,
+            micro_batches: probe.micro_batches,
         };
+        let items = candidate.micro_batch * probe.micro_batches;
         let mut copy = model.clone();
         let mut optim = train::optimizer::<Ad<B>>();
         let mut last = Duration::ZERO;
-        for _ in 0..steps {
+        for _ in 0..probe.steps {
             let started = Instant::now();
             // As the run holds a step's start to recover from (see `run::train`).
             let _held = (!args.no_recover).then(|| (copy.clone(), optim.to_record()));
             copy = train::step_accumulated(
                 copy,
                 &mut optim,
-                batch.clone(),
+                batch.first_rows(items),
                 &options,
                 device,
                 None,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use burn::backend::NdArray;
 use burn::tensor::Tensor;
-use frugal::{AutoFit, FitCandidate, FitError, FitOutcome, FitPolicy, Frugal, memory};
+use frugal::{AutoFit, FitCandidate, FitError, FitOutcome, FitPolicy, FitProbe, Frugal, memory};
 
 type B = Frugal<NdArray>;
 
@@ -15,9 +15,15 @@ const PER_ITEM: usize = 40_000;
 const FIXED: usize = 100_000;
 
 /// A probe: holds FIXED + items × PER_ITEM bytes (half of it with scopes) at once, and sleeps
-/// 10 ms per micro-batch (15 ms with scopes, which recompute).
-fn probe(candidate: &FitCandidate, steps: usize) -> Result<Duration, String> {
-    assert_eq!(steps, 2, "the default");
+/// 10 ms per micro-batch run (15 ms with scopes, which recompute).
+fn probe(run: &FitProbe) -> Result<Duration, String> {
+    assert_eq!(run.steps, 2, "the default");
+    let candidate = &run.candidate;
+    assert_eq!(
+        run.micro_batches,
+        candidate.accumulation.min(2),
+        "at most two micro-batches a probe step, by default"
+    );
     let device: burn::backend::ndarray::NdArrayDevice = Default::default();
     let (share, per_micro) = match candidate.policy {
         FitPolicy::Scopes => (PER_ITEM / 2, 15),
@@ -26,9 +32,7 @@ fn probe(candidate: &FitCandidate, steps: usize) -> Result<Duration, String> {
     let floats = (FIXED + candidate.micro_batch * share) / 4;
     let held = Tensor::<B, 1>::zeros([floats], &device);
     let started = std::time::Instant::now();
-    std::thread::sleep(Duration::from_millis(
-        per_micro * candidate.accumulation as u64,
-    ));
+    std::thread::sleep(Duration::from_millis(per_micro * run.micro_batches as u64));
     drop(held);
     Ok(started.elapsed())
 }
@@ -112,11 +116,11 @@ fn nothing_fitting_is_an_error_naming_the_smallest_peak() {
 fn a_probe_that_fails_is_recorded_and_passed_over() {
     let _one = crate::one_at_a_time();
     let device: burn::backend::ndarray::NdArrayDevice = Default::default();
-    let failing = |candidate: &FitCandidate, steps: usize| -> Result<Duration, String> {
-        if candidate.policy == FitPolicy::Budget && candidate.micro_batch > 2 {
+    let failing = |run: &FitProbe| -> Result<Duration, String> {
+        if run.candidate.policy == FitPolicy::Budget && run.candidate.micro_batch > 2 {
             panic!("frugal: the memory budget of 300 kB cannot be kept");
         }
-        probe(candidate, steps)
+        probe(run)
     };
     let choice = AutoFit::new(8, 300_000)
         .with_policies(vec![FitPolicy::Budget])
@@ -129,4 +133,47 @@ fn a_probe_that_fails_is_recorded_and_passed_over() {
         ),
         "{choice}"
     );
+}
+
+#[test]
+fn budgets_are_not_probed_where_the_plain_peak_is_too_far_over_the_limit() {
+    let _one = crate::one_at_a_time();
+    let device: burn::backend::ndarray::NdArrayDevice = Default::default();
+    // The plain peak is 100 kB + m × 40 kB: 740 kB at micro-batch 16, more than twice the
+    // 300 kB limit; 420 kB at 8, less.
+    let limit = 300_000;
+    let mut probed = Vec::new();
+    let choice = AutoFit::new(16, limit)
+        .with_policies(vec![FitPolicy::Plain, FitPolicy::Budget])
+        .run(&device, |run: &FitProbe| {
+            probed.push(run.candidate);
+            probe(run)
+        })
+        .unwrap();
+    let text = choice.to_string();
+    let budget_row = |m: usize| {
+        choice
+            .rows
+            .iter()
+            .find(|r| r.candidate.policy == FitPolicy::Budget && r.candidate.micro_batch == m)
+    };
+    match budget_row(16).map(|r| &r.outcome) {
+        Some(FitOutcome::Oversubscribed { peak_bytes }) => {
+            assert_eq!(*peak_bytes, (FIXED + 16 * PER_ITEM) as u64, "{text}")
+        }
+        other => panic!("micro-batch 16 under a budget should be skipped, got {other:?}\n{text}"),
+    }
+    assert!(
+        !probed
+            .iter()
+            .any(|c| c.policy == FitPolicy::Budget && c.micro_batch == 16),
+        "{text}"
+    );
+    assert!(
+        probed
+            .iter()
+            .any(|c| c.policy == FitPolicy::Budget && c.micro_batch == 8),
+        "micro-batch 8 is within twice the limit: {text}"
+    );
+    assert!(text.contains("too far over the budget"), "{text}");
 }
