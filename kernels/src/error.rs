@@ -41,6 +41,13 @@ pub enum KernelError {
         /// The value given.
         value: f32,
     },
+    /// A quantisation block size the 8-bit optimizer kernel does not take.
+    InvalidBlockSize {
+        /// The block size given.
+        block_size: usize,
+        /// The largest accepted block size.
+        max: usize,
+    },
     /// Reading a result back from the device failed.
     Read(String),
 }
@@ -78,6 +85,10 @@ impl fmt::Display for KernelError {
             KernelError::InvalidScale { what, value } => write!(
                 f,
                 "{what} = {value} is not accepted (accepted: finite and > 0)"
+            ),
+            KernelError::InvalidBlockSize { block_size, max } => write!(
+                f,
+                "block size {block_size} is not accepted (accepted: a multiple of 4 in 4..={max})"
             ),
             KernelError::Read(msg) => write!(f, "reading from the device failed: {msg}"),
         }

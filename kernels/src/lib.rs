@@ -1,4 +1,4 @@
-//! CubeCL kernels for Frugal's mixed precision.
+//! CubeCL kernels for Frugal: mixed precision casts and unscaling, and the 8-bit AdamW update.
 //!
 //! Every kernel is generic over the CubeCL runtime `R` and works on contiguous device buffers:
 //! a cubecl [`Handle`](cubecl::server::Handle) plus an element count. The host-side functions
@@ -12,6 +12,9 @@
 //! - [`unscale_and_check`]: multiplies many f32 gradient buffers in place by `inv_scale` in a few
 //!   launches and raises a device-side [`FoundInf`] flag if any result is NaN or ±inf.
 //!
+//! - [`adamw8bit_update`]: one AdamW step on 8-bit block-wise quantised moments (dequantise
+//!   both, update, write the parameter, requantise), in place, in one launch.
+//!
 //! Loads and stores are vectorised with the widest vector size the runtime favours for the
 //! element type that divides the length (falling back to 1).
 #![warn(missing_docs)]
@@ -20,11 +23,16 @@
 /// can name runtimes, clients and handles without a separate dependency.
 pub use cubecl;
 
+mod adamw8bit;
 mod cast;
 mod dtype;
 mod error;
 mod unscale;
 
+pub use adamw8bit::{
+    AdamW8bitBuffers, AdamW8bitScalars, MAP_LEN, MAX_BLOCK_SIZE, TABLES_LEN, WeightDecay,
+    adamw8bit_layout, adamw8bit_update,
+};
 pub use cast::{
     cast, cast_bf16_to_f32, cast_f16_to_f32, cast_f32_to_bf16, cast_f32_to_f16, cast_scaled, copy,
     vector_size_for,

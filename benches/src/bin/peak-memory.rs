@@ -765,7 +765,7 @@ fn run<A: AutodiffBackend>(
         .unwrap_or_else(|e| panic!("{}", e.precision_error()));
     A::seed(&device, 0);
     let mut model = gpt.init::<A>(&device);
-    let mut optim = train::optimizer::<A>();
+    let mut optim = train::optimizer::<A>(train::OptimizerKind::AdamW);
     let mut times = Vec::new();
     let mut every_step_ms = Vec::new();
     let mut losses = Vec::new();

@@ -43,6 +43,7 @@ mod accumulate;
 mod checkpoint;
 mod fit;
 pub mod memory;
+pub mod optim; // 10: the 8-bit AdamW
 pub mod precision;
 mod report;
 mod scaler;

@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["ops"],
     &["checkpoint", "precision", "report"],
-    &["accumulate", "memory", "scaler"],
+    &["accumulate", "memory", "optim", "scaler"],
     &["fit"],
     &["lib"],
 ];

@@ -14,7 +14,8 @@ use crate::Ad;
 use crate::cli::TrainArgs;
 use crate::model::Gpt;
 use crate::report::StepLog;
-use crate::train::GptOptimizer;
+use crate::train::{GptOptimizer, OptimizerKind};
+use clap::ValueEnum;
 
 /// What a checkpoint holds besides the model and optimizer records.
 #[derive(Debug, Serialize, Deserialize)]
@@ -31,6 +32,9 @@ struct TrainState {
     /// The loss scaler's state, with `--loss-scale`.
     #[serde(default)]
     grad_scaler: Option<GradScalerState>,
+    /// The optimizer whose record the checkpoint holds.
+    #[serde(default)]
+    optimizer: OptimizerKind,
 }
 
 /// Writes `contents` to a temporary file beside `path` and renames it over `path`, so a crash
@@ -80,6 +84,7 @@ pub fn save_checkpoint<B: Backend>(
         seq: args.seq,
         log: log.to_vec(),
         grad_scaler: scaler.map(GradScaler::state),
+        optimizer: optim.kind(),
     };
     std::fs::write(
         tmp_dir.join("state.json"),
@@ -126,6 +131,16 @@ fn load_checkpoint<B: Backend>(
             .map_err(|e| format!("reading {}: {e}", dir.display()))?,
     )
     .map_err(|e| format!("{}/state.json: {e}", dir.display()))?;
+    if state.optimizer != optim.kind() {
+        return Err(format!(
+            "checkpoint {} was made with --optimizer {}; resume with it",
+            dir.display(),
+            state
+                .optimizer
+                .to_possible_value()
+                .map_or(String::new(), |v| v.get_name().to_string())
+        ));
+    }
     let model = model
         .load_file(dir.join("model"), &recorder(), device)
         .map_err(|e| format!("loading the model from {}: {e}", dir.display()))?;

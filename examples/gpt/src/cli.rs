@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+
+use crate::train::OptimizerKind;
 use frugal::EvictionMode;
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +151,10 @@ pub struct TrainArgs {
     /// AdamW learning rate.
     #[arg(long, default_value_t = 2e-3)]
     pub lr: f64,
+    /// The optimizer: burn-optim's AdamW, or AdamW with block-wise 8-bit moments (a quarter
+    /// of the state memory).
+    #[arg(long, value_enum, default_value_t = OptimizerKind::AdamW)]
+    pub optimizer: OptimizerKind,
     /// A UTF-8 text file to train on (default: a corpus generated from a small grammar).
     #[arg(long)]
     pub data: Option<PathBuf>,

@@ -48,7 +48,7 @@ pub fn choose<B: Backend>(
         };
         let items = candidate.micro_batch * probe.micro_batches;
         let mut copy = model.clone();
-        let mut optim = train::optimizer::<Ad<B>>();
+        let mut optim = train::optimizer::<Ad<B>>(args.optimizer);
         let mut last = Duration::ZERO;
         for _ in 0..probe.steps {
             let started = Instant::now();

@@ -118,7 +118,7 @@ pub fn train_observed<B: Backend>(
     // panics; say so as for a step.
     let model = quietly(&device, || config.init::<Ad<B>>(&device))
         .map_err(|panic| step_failure(&args, "creating the model", panic, &device, &remat_start))?;
-    let optim = train::optimizer::<Ad<B>>();
+    let optim = train::optimizer::<Ad<B>>(args.optimizer);
     let mut scaler = args
         .loss_scale
         .then(|| GradScaler::new(Default::default()).expect("PyTorch's defaults are valid"));

@@ -1,23 +1,119 @@
 //! One training step, generic over the autodiff backend, and the optimizer used by both the
 //! example and the benches (AdamW with PyTorch's defaults, as in `torch_gpt.py`).
 
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer, adaptor::OptimizerAdaptor};
+use burn::optim::{
+    AdamW, AdamWConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer,
+    adaptor::OptimizerAdaptor,
+};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use clap::ValueEnum;
+use frugal::optim::{AdamW8bit, AdamW8bitConfig};
 use frugal::{AccumulationError, GradScaler, GradientAccumulation, ScaledStep};
+use serde::{Deserialize, Serialize};
 
 use crate::data::Batch;
 use crate::model::Gpt;
 
-/// The optimizer type for a model on backend `B`.
-pub type GptOptimizer<B> = OptimizerAdaptor<AdamW, Gpt<B>, B>;
+/// The optimizers the example trains with (`--optimizer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// burn-optim's AdamW, f32 moments.
+    #[default]
+    #[value(name = "adamw")]
+    AdamW,
+    /// Frugal's AdamW with block-wise 8-bit moments (`frugal::optim::AdamW8bit`).
+    #[value(name = "adamw8bit")]
+    AdamW8bit,
+}
 
-/// AdamW with PyTorch's defaults (eps 1e-8, weight decay 0.01).
-pub fn optimizer<B: AutodiffBackend>() -> GptOptimizer<B> {
-    AdamWConfig::new()
-        .with_epsilon(1e-8)
-        .with_weight_decay(0.01)
-        .init()
+/// The example's optimizer: one of [`OptimizerKind`], with PyTorch's AdamW defaults (eps 1e-8,
+/// weight decay 0.01) either way.
+#[derive(Clone)]
+pub enum GptOptimizer<B: AutodiffBackend> {
+    /// burn-optim's AdamW.
+    AdamW(OptimizerAdaptor<AdamW, Gpt<B>, B>),
+    /// Frugal's 8-bit AdamW.
+    AdamW8bit(OptimizerAdaptor<AdamW8bit, Gpt<B>, B>),
+}
+
+type AdamWRecord<B> = <OptimizerAdaptor<AdamW, Gpt<B>, B> as Optimizer<Gpt<B>, B>>::Record;
+type AdamW8bitRecord<B> = <OptimizerAdaptor<AdamW8bit, Gpt<B>, B> as Optimizer<Gpt<B>, B>>::Record;
+
+impl<B: AutodiffBackend> GptOptimizer<B> {
+    /// Which optimizer this is.
+    pub fn kind(&self) -> OptimizerKind {
+        match self {
+            Self::AdamW(_) => OptimizerKind::AdamW,
+            Self::AdamW8bit(_) => OptimizerKind::AdamW8bit,
+        }
+    }
+}
+
+impl<B: AutodiffBackend> Optimizer<Gpt<B>, B> for GptOptimizer<B> {
+    /// The record of whichever optimizer this is, the other `None`.
+    type Record = (Option<AdamWRecord<B>>, Option<AdamW8bitRecord<B>>);
+
+    fn step(&mut self, lr: LearningRate, module: Gpt<B>, grads: GradientsParams) -> Gpt<B> {
+        match self {
+            Self::AdamW(optim) => optim.step(lr, module, grads),
+            Self::AdamW8bit(optim) => optim.step(lr, module, grads),
+        }
+    }
+
+    fn step_multi(
+        &mut self,
+        lr: LearningRate,
+        module: Gpt<B>,
+        grads: MultiGradientsParams,
+    ) -> Gpt<B> {
+        match self {
+            Self::AdamW(optim) => optim.step_multi(lr, module, grads),
+            Self::AdamW8bit(optim) => optim.step_multi(lr, module, grads),
+        }
+    }
+
+    fn to_record(&self) -> Self::Record {
+        match self {
+            Self::AdamW(optim) => (Some(optim.to_record()), None),
+            Self::AdamW8bit(optim) => (None, Some(optim.to_record())),
+        }
+    }
+
+    /// # Panics
+    ///
+    /// If the record is the other optimizer's: checkpoints name their optimizer, and resuming
+    /// refuses another one before loading (see `checkpoint::resume`).
+    fn load_record(self, record: Self::Record) -> Self {
+        match (self, record) {
+            (Self::AdamW(optim), (Some(record), _)) => Self::AdamW(optim.load_record(record)),
+            (Self::AdamW8bit(optim), (_, Some(record))) => {
+                Self::AdamW8bit(optim.load_record(record))
+            }
+            (optim, _) => panic!("the record is not {:?}'s", optim.kind()),
+        }
+    }
+}
+
+/// The optimizer `kind` with PyTorch's AdamW defaults (eps 1e-8, weight decay 0.01), and
+/// bitsandbytes' 8-bit defaults for [`OptimizerKind::AdamW8bit`] (blocks of 256, tensors under
+/// 4,096 values kept in f32).
+pub fn optimizer<B: AutodiffBackend>(kind: OptimizerKind) -> GptOptimizer<B> {
+    match kind {
+        OptimizerKind::AdamW => GptOptimizer::AdamW(
+            AdamWConfig::new()
+                .with_epsilon(1e-8)
+                .with_weight_decay(0.01)
+                .init(),
+        ),
+        OptimizerKind::AdamW8bit => GptOptimizer::AdamW8bit(
+            AdamW8bitConfig::new()
+                .with_epsilon(1e-8)
+                .with_weight_decay(0.01)
+                .init(),
+        ),
+    }
 }
 
 /// Phases of a step, reported to a callback so callers can read memory between them.

@@ -37,7 +37,7 @@ fn train<B: AutodiffBackend>(
     let config = GptConfig::new(BYTE_VOCAB, seq, 32, 4, 2);
     let corpus = Corpus::generated(20_000, 1);
     let mut model: Gpt<B> = config.init::<B>(&device);
-    let mut optim = train::optimizer::<B>();
+    let mut optim = train::optimizer::<B>(train::OptimizerKind::AdamW);
     let mut losses = Vec::new();
     for step in 0..20 {
         let data = corpus.batch(7, step, batch, seq).unwrap();

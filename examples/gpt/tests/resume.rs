@@ -1,5 +1,6 @@
 //! Checkpoints: a run stopped and resumed gives the same losses, bit for bit, as one that ran
-//! straight through; unfinished checkpoints are ignored; bad options get clear errors.
+//! straight through, with either optimizer; unfinished checkpoints are ignored; bad options get
+//! clear errors.
 //!
 //! One test function: NdArray's seed is process-wide, so runs must not interleave.
 
@@ -55,5 +56,32 @@ fn checkpoints_resume_exactly_and_errors_are_clear() {
         err.contains("--heads 3") && err.contains("--d-model 16"),
         "{err}"
     );
+
+    // The 8-bit optimizer's state (codes and block absmax) resumes exactly too; the embedding
+    // and the head (256 × 16 values) have 8-bit moments.
+    let eight = ["--optimizer", "adamw8bit"];
+    let straight8 =
+        train::<NdArray>(&args(&root.join("e"), 8, &eight), Default::default()).unwrap();
+    assert_ne!(
+        bits(&straight8),
+        bits(&straight),
+        "the optimizer was not switched"
+    );
+    let stopped = [&eight[..], &["--save-every", "5"]].concat();
+    train::<NdArray>(&args(&root.join("f"), 5, &stopped), Default::default()).unwrap();
+    let resumed8 = train::<NdArray>(
+        &args(&root.join("f"), 8, &[&eight[..], &["--resume"]].concat()),
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        bits(&resumed8),
+        bits(&straight8),
+        "resumed 8-bit losses differ"
+    );
+    // Resuming with the other optimizer is refused before anything is loaded.
+    let err =
+        train::<NdArray>(&args(&root.join("f"), 9, &["--resume"]), Default::default()).unwrap_err();
+    assert!(err.contains("--optimizer adamw8bit"), "{err}");
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -16,7 +16,9 @@
 //! - **compressed storage** (the budget's `Compress` action and the cast back on a read);
 //! - **[`crate::GradScaler::unscale`]**: one fused unscale-and-check launch per group of f32
 //!   gradients with the found-inf flag kept on the device, and the fused widen-and-scale cast
-//!   for 16-bit gradients.
+//!   for 16-bit gradients;
+//! - **the 8-bit AdamW update** (`crate::optim::AdamW8bit`): one launch per parameter, in
+//!   place (its dispatch is in `crate::optim`, above the tensor type it unwraps).
 //!
 //! Under fusion, a Frugal kernel is a custom operation, which ends the fused block before it:
 //! a cast that Burn's fusion would fold into the neighbouring element-wise kernel is cheaper
@@ -77,6 +79,11 @@ pub struct KernelStats {
     pub unscale_launches: u64,
     /// Gradients unscaled by those launches.
     pub unscaled_tensors: u64,
+    /// Launches of the fused 8-bit AdamW update (`frugal::optim::AdamW8bit`), one per
+    /// parameter and step.
+    pub adamw8bit_launches: u64,
+    /// Of those, registered as a custom operation of Burn's fusion (counted when registered).
+    pub fused_adamw8bit: u64,
 }
 
 pub(crate) static CASTS: AtomicU64 = AtomicU64::new(0);
@@ -84,6 +91,8 @@ pub(crate) static FUSED_CASTS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SCALED_CASTS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static UNSCALE_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static UNSCALED_TENSORS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static ADAMW8BIT_LAUNCHES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static FUSED_ADAMW8BIT: AtomicU64 = AtomicU64::new(0);
 
 /// Reads the [`KernelStats`] counters.
 pub fn stats() -> KernelStats {
@@ -93,6 +102,8 @@ pub fn stats() -> KernelStats {
         scaled_casts: SCALED_CASTS.load(Relaxed),
         unscale_launches: UNSCALE_LAUNCHES.load(Relaxed),
         unscaled_tensors: UNSCALED_TENSORS.load(Relaxed),
+        adamw8bit_launches: ADAMW8BIT_LAUNCHES.load(Relaxed),
+        fused_adamw8bit: FUSED_ADAMW8BIT.load(Relaxed),
     }
 }
 
