@@ -159,7 +159,12 @@ fn budgets_are_not_probed_where_the_plain_peak_is_too_far_over_the_limit() {
     };
     match budget_row(16).map(|r| &r.outcome) {
         Some(FitOutcome::Oversubscribed { peak_bytes }) => {
-            assert_eq!(*peak_bytes, (FIXED + 16 * PER_ITEM) as u64, "{text}")
+            // The probe's bytes, and what else the device held (a few bytes).
+            let held = (FIXED + 16 * PER_ITEM) as u64;
+            assert!(
+                (held..held + 1024).contains(peak_bytes) && *peak_bytes > 2 * limit,
+                "{text}"
+            )
         }
         other => panic!("micro-batch 16 under a budget should be skipped, got {other:?}\n{text}"),
     }
