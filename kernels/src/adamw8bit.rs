@@ -253,6 +253,8 @@ fn adamw8bit_kernel(
                     if comptime!(decay_kind == 1) {
                         decayed = p * decay_value;
                     }
+                    // Nested: the outer test is resolved when the kernel is compiled.
+                    #[allow(clippy::collapsible_if)]
                     if comptime!(decay_kind == 2) {
                         if (p >= 0.0) == (m >= 0.0) {
                             decayed = p - p * decay_value;

@@ -56,6 +56,9 @@ const LR: f64 = 1e-3;
 /// Final parameter bits, codes and absmax bits.
 type Outcome = (Vec<u32>, Vec<u8>, Vec<u32>);
 
+/// [`steps_on`] for one backend.
+type StepsOn = fn(&AdamW8bit, &[f32], [usize; 2], &[Vec<f32>]) -> Outcome;
+
 /// `grads.len()` steps of `optim` on `B` through `SimpleOptimizer::step`.
 fn steps_on<B: Backend>(
     optim: &AdamW8bit,
@@ -138,11 +141,7 @@ fn the_fused_kernel_gives_the_portable_paths_bits_fused_or_not_under_frugal_or_n
         );
 
         kernels::set_mode(KernelMode::Auto);
-        let runs: [(
-            &str,
-            fn(&AdamW8bit, &[f32], [usize; 2], &[Vec<f32>]) -> Outcome,
-            bool,
-        ); 4] = [
+        let runs: [(&str, StepsOn, bool); 4] = [
             ("CubeBackend", steps_on::<Unfused>, false),
             ("Wgpu (fusion)", steps_on::<Wgpu>, true),
             ("Frugal<CubeBackend>", steps_on::<Frugal<Unfused>>, false),
