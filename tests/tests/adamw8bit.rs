@@ -253,3 +253,33 @@ fn training_through_the_optimizer_adaptor_takes_the_kernel_with_the_portable_res
     assert_eq!(state, expected);
     assert_eq!(fused_state, expected);
 }
+
+#[test]
+fn under_a_budget_the_kernel_takes_managed_tensors_with_the_portable_results() {
+    let _serial = serial();
+    let _reset = Reset;
+    type B = Autodiff<Frugal<Wgpu>>;
+    let device = Default::default();
+    let init = mlp::<B>(&device);
+    param_bits(&init);
+    // Under a budget every new tensor is managed (a cell that may be evicted and restored),
+    // the gradients and moments the step reads included. This one is tight enough to evict.
+    frugal::memory::set_budget(&device, Some(BUDGET_BYTES));
+    let evictions_before = frugal::memory::remat_stats(&device).evictions;
+    kernels::set_mode(KernelMode::Never);
+    let (losses, bits, _) = train(init.clone(), 5);
+    kernels::set_mode(KernelMode::Auto);
+    let before = kernels::stats();
+    let (fused_losses, fused_bits, _) = train(init, 5);
+    let launched = kernels::stats().adamw8bit_launches - before.adamw8bit_launches;
+    let evictions = frugal::memory::remat_stats(&device).evictions - evictions_before;
+    frugal::memory::set_budget(&device, None);
+    assert!(evictions > 0, "the budget evicted nothing");
+    assert_eq!(launched, 2 * 5, "one launch per step and 8-bit weight");
+    assert_eq!(losses, fused_losses);
+    assert!(bits == fused_bits, "parameters differ");
+}
+
+/// A budget below the MLP step's unconstrained peak (the test checks that it evicts) but
+/// above what one op needs.
+const BUDGET_BYTES: u64 = 400_000;

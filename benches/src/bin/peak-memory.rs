@@ -66,7 +66,8 @@ struct Args {
     /// autocast); bf16-budget-1/3, bf16-store-budget-1/3 (autocast under the budget, the
     /// latter also storing evicted tensors in bf16); store-budget-1/3 (f32 with bf16 storage);
     /// bf16-lowout, bf16-lowout-scopes, bf16-lowout-store-budget-1/3 (autocast leaving products
-    /// in bf16, as PyTorch's does).
+    /// in bf16, as PyTorch's does); store-budget-1/6-scopes (f32, scopes, and a budget below
+    /// what the scopes leave, met by bf16 storage and eviction).
     #[arg(long, default_value = "plain,frugal")]
     configs: String,
     /// Run only this configuration in this process (used for the child processes).
@@ -143,6 +144,14 @@ struct Args {
     /// backend's ops: auto (not for casts under fusion), always, never.
     #[arg(long, value_enum, default_value = "auto")]
     kernels: KernelsArg,
+    /// The optimizer of every configuration: burn-optim's AdamW, or Frugal's AdamW with
+    /// block-wise 8-bit moments.
+    #[arg(long, value_enum, default_value = "adamw")]
+    optimizer: train::OptimizerKind,
+    /// Under a budget, the longest chain of evicted tensors one read may recompute
+    /// (`frugal::Policy::max_depth`; default the policy's).
+    #[arg(long)]
+    max_depth: Option<u32>,
 }
 
 /// `--kernels`, mapped onto [`frugal::kernels::KernelMode`].
@@ -217,7 +226,7 @@ const fn store(mut config: Config) -> Config {
 const THIRD: Option<(u64, u64)> = Some((1, 3));
 
 /// Every configuration the bench knows.
-const CONFIGS: [Config; 18] = [
+const CONFIGS: [Config; 19] = [
     Config {
         system: System::Plain,
         ..frugal("plain", false, None)
@@ -245,6 +254,7 @@ const CONFIGS: [Config; 18] = [
         frugal("bf16-lowout-store-budget-1/3", false, THIRD),
         true,
     )),
+    store(frugal("store-budget-1/6-scopes", true, Some((1, 6)))),
 ];
 
 impl Config {
@@ -304,6 +314,12 @@ struct Line {
     /// `--kernels` and how many casts Frugal's own kernel ran (all steps; 0 for plain Burn).
     kernels: String,
     kernel_casts: u64,
+    /// `--optimizer`, and how many 8-bit AdamW updates Frugal's fused kernel made (all steps).
+    optimizer: String,
+    adamw8bit_kernel_updates: u64,
+    /// For Frugal: live bytes after the last step, when only the parameters and the
+    /// optimizer state are left.
+    model_state_bytes: Option<u64>,
     ledger_vs_pool: Vec<PhasePoint>,
     budget_bytes: Option<u64>,
     /// With `--peak-holders`: who held the live bytes at the timed steps' peak.
@@ -718,8 +734,12 @@ fn main() {
 }
 
 fn label(line: &serde_json::Value) -> String {
+    let optimizer = match line["optimizer"].as_str() {
+        Some("adamw8bit") => " 8bit",
+        _ => "",
+    };
     format!(
-        "{} {}",
+        "{} {}{optimizer}",
         line["system"].as_str().unwrap_or("?"),
         line["config"].as_str().unwrap_or("?")
     )
@@ -763,9 +783,18 @@ fn run<A: AutodiffBackend>(
     let _settings = settings
         .apply::<A>(&device)
         .unwrap_or_else(|e| panic!("{}", e.precision_error()));
+    if let Some(max_depth) = args.max_depth {
+        memory::set_policy(
+            &device,
+            frugal::Policy {
+                max_depth,
+                ..memory::policy(&device)
+            },
+        );
+    }
     A::seed(&device, 0);
     let mut model = gpt.init::<A>(&device);
-    let mut optim = train::optimizer::<A>(train::OptimizerKind::AdamW);
+    let mut optim = train::optimizer::<A>(args.optimizer);
     let mut times = Vec::new();
     let mut every_step_ms = Vec::new();
     let mut losses = Vec::new();
@@ -870,6 +899,10 @@ fn run<A: AutodiffBackend>(
         losses,
         kernels: format!("{:?}", args.kernels).to_lowercase(),
         kernel_casts: frugal::kernels::stats().casts - kernels_before.casts,
+        optimizer: format!("{:?}", args.optimizer).to_lowercase(),
+        adamw8bit_kernel_updates: frugal::kernels::stats().adamw8bit_launches
+            - kernels_before.adamw8bit_launches,
+        model_state_bytes: ledger.then(|| memory::live_bytes(&device)),
         ledger_vs_pool: points,
         budget_bytes: budget,
         peak_holders,
@@ -916,9 +949,10 @@ fn print_table(lines: &[serde_json::Value]) {
     let base = (!plain.is_empty()).then(|| plain.iter().sum::<f64>() / plain.len() as f64);
     println!();
     println!(
-        "{:<24} {:>10} {:>14} {:>14} {:>10} {:>10} {:>8} {:>8}",
+        "{:<29} {:>10} {:>9} {:>14} {:>14} {:>10} {:>10} {:>8} {:>8}",
         "system config",
         "budget GiB",
+        "state GiB",
         "peak alloc GiB",
         "peak resv GiB",
         "step ms",
@@ -930,7 +964,7 @@ fn print_table(lines: &[serde_json::Value]) {
         if let Some(error) = l["error"].as_str() {
             let error: String = error.chars().take(100).collect();
             println!(
-                "{:<24} {:>10} FAILED: {error}",
+                "{:<29} {:>10} FAILED: {error}",
                 label(l),
                 gib(&l["budget_bytes"])
             );
@@ -938,9 +972,10 @@ fn print_table(lines: &[serde_json::Value]) {
         }
         let tps = l["tokens_per_s"].as_f64().unwrap_or(f64::NAN);
         println!(
-            "{:<24} {:>10} {:>14} {:>14} {:>10.1} {:>10.0} {:>8} {:>8}",
+            "{:<29} {:>10} {:>9} {:>14} {:>14} {:>10.1} {:>10.0} {:>8} {:>8}",
             label(l),
             gib(&l["budget_bytes"]),
+            gib(&l["model_state_bytes"]),
             gib(&l["peak_allocated_bytes"]),
             gib(&l["peak_reserved_bytes"]),
             l["step_ms_median"].as_f64().unwrap_or(f64::NAN),

@@ -192,8 +192,14 @@ pub fn print_summary<D: DeviceOps + 'static>(
     let kernels = frugal::kernels::stats();
     if kernels != frugal::kernels::KernelStats::default() {
         println!(
-            "Frugal's kernels: {} casts ({} in fusion), {} gradients unscaled in {} launches",
-            kernels.casts, kernels.fused_casts, kernels.unscaled_tensors, kernels.unscale_launches
+            "Frugal's kernels: {} casts ({} in fusion), {} gradients unscaled in {} launches, \
+             {} 8-bit AdamW updates ({} in fusion)",
+            kernels.casts,
+            kernels.fused_casts,
+            kernels.unscaled_tensors,
+            kernels.unscale_launches,
+            kernels.adamw8bit_launches,
+            kernels.fused_adamw8bit
         );
     }
     println!(

@@ -195,10 +195,13 @@ fn direct<F, I>(slot: &mut Slot<F, I>, run: impl FnOnce(Inputs<F, I>) -> Stepped
     *slot = Some(run(inputs).map(|(out, _)| out));
 }
 
-/// Runs `run` on the inner primitives of Frugal tensors held directly (a tensor managed by a
-/// budget or scope has a recipe that would replay its old value: those take the portable
-/// path). Outputs updated in place keep their input's ledger record (same bytes); a new
-/// buffer, or one whose record another tensor shares, is charged as new.
+/// Runs `run` on the inner primitives of Frugal tensors, held directly or managed by a budget
+/// or scope (restored first if evicted). The kernel writes a buffer in place only where
+/// nothing else holds it (`writable`, fusion's handle status), so a cell whose recipe still
+/// reads the old value keeps it. The outputs are held directly: the parameters and moments
+/// outlive the step and a budget keeps them resident, and a recipe of the kernel would need
+/// the step's scalars. Outputs updated in place keep their input's ledger record (same
+/// bytes); a new buffer, or one whose record another tensor shares, is charged as new.
 fn through_frugal<F, I>(
     slot: &mut Slot<FrugalTensor<F>, FrugalTensor<I>>,
     run: impl FnOnce(Inputs<F, I>) -> Stepped<F, I>,
@@ -209,84 +212,59 @@ fn through_frugal<F, I>(
     let Some(Err(inputs)) = slot.take() else {
         unreachable!("a slot holds inputs until it is stepped");
     };
-    let plain = inputs.param.is_plain()
-        && inputs.grad.is_plain()
-        && inputs.codes.is_plain()
-        && inputs.absmax.is_plain();
-    if !plain {
-        *slot = Some(Err(inputs));
-        return;
-    }
     let state = inputs.param.state();
-    let split = |t: FrugalTensor<F>| {
-        let (inner, storage) = t.split();
-        (inner, storage.expect("a plain tensor has its record"))
-    };
-    let (param, param_record) = split(inputs.param);
-    let (grad, grad_record) = split(inputs.grad);
-    let (codes, codes_record) = {
-        let (inner, storage) = inputs.codes.split();
-        (inner, storage.expect("a plain tensor has its record"))
-    };
-    let (absmax, absmax_record) = split(inputs.absmax);
+    let (param, param_record) = inputs.param.split();
+    let (grad, grad_record) = inputs.grad.split();
+    let (codes, codes_record) = inputs.codes.split();
+    let (absmax, absmax_record) = inputs.absmax.split();
     let inner = Inputs {
         param,
         grad,
         codes,
         absmax,
     };
+    let sub = float::op(float::Op::float_sub);
+    let or = int::op(int::Op::bitwise_or);
+    let max = float::op(float::Op::float_max_dim);
     *slot = Some(match run(inner) {
         Ok((out, copied)) => {
-            let param = kept(
-                state,
-                param_record,
-                copied[0],
-                &out.param,
-                float::op(float::Op::float_sub),
-            );
-            let codes = kept(
-                state,
-                codes_record,
-                copied[1],
-                &out.codes,
-                int::op(int::Op::bitwise_or),
-            );
-            let absmax = kept(
-                state,
-                absmax_record,
-                copied[2],
-                &out.absmax,
-                float::op(float::Op::float_max_dim),
-            );
+            let param = kept(state, param_record, copied[0], &out.param, sub);
+            let codes = kept(state, codes_record, copied[1], &out.codes, or);
+            let absmax = kept(state, absmax_record, copied[2], &out.absmax, max);
             Ok(Outputs {
                 param: FrugalTensor::plain(out.param, param),
                 codes: FrugalTensor::plain(out.codes, codes),
                 absmax: FrugalTensor::plain(out.absmax, absmax),
             })
         }
-        Err(inner) => Err(Inputs {
-            param: FrugalTensor::plain(inner.param, param_record),
-            grad: FrugalTensor::plain(inner.grad, grad_record),
-            codes: FrugalTensor::plain(inner.codes, codes_record),
-            absmax: FrugalTensor::plain(inner.absmax, absmax_record),
-        }),
+        Err(inner) => {
+            let param = kept(state, param_record, false, &inner.param, sub);
+            let grad = kept(state, grad_record, false, &inner.grad, sub);
+            let codes = kept(state, codes_record, false, &inner.codes, or);
+            let absmax = kept(state, absmax_record, false, &inner.absmax, max);
+            Err(Inputs {
+                param: FrugalTensor::plain(inner.param, param),
+                grad: FrugalTensor::plain(inner.grad, grad),
+                codes: FrugalTensor::plain(inner.codes, codes),
+                absmax: FrugalTensor::plain(inner.absmax, absmax),
+            })
+        }
     });
 }
 
 /// The ledger record of an output: its input's if the buffer was updated in place and no
 /// other tensor shares the record, else a new charge (attributed to `op`, the portable path's
-/// last op for that output).
+/// last op for that output). A managed input whose cell was consumed may bring no record.
 fn kept<P: TensorMetadata>(
     state: &'static DeviceState,
-    record: Arc<Storage>,
+    record: Option<Arc<Storage>>,
     copied: bool,
     tensor: &P,
     op: OpId,
 ) -> Arc<Storage> {
-    if copied || Arc::strong_count(&record) > 1 {
-        Arc::new(state.charge(tensor, op))
-    } else {
-        record
+    match record {
+        Some(record) if !copied && Arc::strong_count(&record) == 1 => record,
+        _ => Arc::new(state.charge(tensor, op)),
     }
 }
 

@@ -32,8 +32,10 @@ pub struct PoolUsage {
 }
 
 /// Calls `$f::<R>(args)` for each CubeCL runtime whose kernels this build runs (features
-/// `cuda`, `wgpu`), in that order, and returns the first `Some` (`None` if none matched or no
-/// runtime is built in). `$f` typically downcasts a `dyn Any` to one of `R`'s types.
+/// `cuda`, `frugal-cuda`, `wgpu`), in that order, and returns the first `Some` (`None` if none
+/// matched or no runtime is built in). `$f` typically downcasts a `dyn Any` to one of `R`'s
+/// types, so the runtimes' types must differ (frugal-cuda's are its own, though its kernels
+/// are CubeCL's CUDA ones).
 macro_rules! each_runtime {
     ($f:ident($($arg:expr),* $(,)?)) => {{
         #[allow(unused_mut)]
@@ -41,6 +43,10 @@ macro_rules! each_runtime {
         #[cfg(feature = "cuda")]
         if found.is_none() {
             found = $f::<cubecl::cuda::CudaRuntime>($($arg),*);
+        }
+        #[cfg(feature = "frugal-cuda")]
+        if found.is_none() {
+            found = $f::<frugal_cuda::FrugalCudaRuntime>($($arg),*);
         }
         #[cfg(feature = "wgpu")]
         if found.is_none() {
@@ -60,12 +66,6 @@ pub(crate) use each_runtime;
 pub fn pool_usage<D: 'static>(device: &D) -> Option<PoolUsage> {
     #[allow(unused_variables)]
     let any = device as &dyn std::any::Any;
-    // frugal-cuda's device is a type of its own; Frugal's kernels do not run on its runtime
-    // yet, so it is listed here rather than in `each_runtime!`.
-    #[cfg(feature = "frugal-cuda")]
-    if let Some(usage) = read::<frugal_cuda::FrugalCudaRuntime>(any) {
-        return Some(usage);
-    }
     each_runtime!(read(any))
 }
 
