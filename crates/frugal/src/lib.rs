@@ -59,4 +59,4 @@ pub use fit::{
 pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
 pub use scaler::{GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep};
 pub use tensor::FrugalTensor;
-pub use units::{ParseBytesError, parse_bytes};
+pub use units::{ParseBytesError, format_bytes, parse_bytes};

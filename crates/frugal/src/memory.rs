@@ -94,6 +94,13 @@ pub fn mark<D: DeviceOps + 'static>(device: &D, label: &str) {
 /// queued on the thread that is allocating, so nothing is dropped there.
 pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
     let state = DeviceState::of_device(device);
+    match bytes {
+        Some(bytes) => log::info!(
+            "frugal: memory budget of {} on {device:?}",
+            crate::units::format_bytes(bytes)
+        ),
+        None => log::info!("frugal: no memory budget on {device:?}"),
+    }
     state.set_budget(bytes);
     let rescue = bytes
         .map(|_| -> OomRescue { Box::new(move |requested| state.free_for_allocation(requested)) });

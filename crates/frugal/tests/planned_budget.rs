@@ -192,3 +192,56 @@ fn a_budget_lowered_under_a_learned_step_is_kept_with_the_same_bits() {
     assert!(planned.per_step[5].plan_period > 0);
     assert!(memory::live_bytes(&DEVICE) <= high);
 }
+
+/// Keeps the messages Frugal logs, for the test below (the logger is process-wide).
+struct Captured(Mutex<Vec<(log::Level, String)>>);
+
+impl log::Log for Captured {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.target().starts_with("frugal")
+    }
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            let mut lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            lines.push((record.level(), record.args().to_string()));
+        }
+    }
+    fn flush(&self) {}
+}
+
+static CAPTURED: Captured = Captured(Mutex::new(Vec::new()));
+
+#[test]
+fn budget_decisions_and_the_learned_step_are_logged() {
+    let _serial = lock();
+    log::set_logger(&CAPTURED).expect("no other logger in this test binary");
+    log::set_max_level(log::LevelFilter::Debug);
+    let rows = [64; 8];
+    let (base, peak, _) = unconstrained(&rows);
+    let budget = base + peak / 3;
+    CAPTURED.0.lock().unwrap().clear();
+    let run = train(&rows, |_| Some(budget));
+    log::set_max_level(log::LevelFilter::Off);
+    let lines = std::mem::take(&mut *CAPTURED.0.lock().unwrap());
+    let budget_text = frugal::format_bytes(budget);
+    let with = |level: log::Level, text: &str| {
+        lines
+            .iter()
+            .filter(|(l, line)| *l == level && line.contains(text))
+            .count()
+    };
+    assert!(
+        with(log::Level::Info, &format!("memory budget of {budget_text}")) > 0,
+        "{lines:#?}"
+    );
+    let evictions: u64 = run.per_step.iter().map(|s| s.evictions).sum();
+    assert!(evictions > 0);
+    assert!(
+        with(log::Level::Debug, &format!("budget {budget_text} on ")) > 0,
+        "no eviction round logged: {lines:#?}"
+    );
+    assert!(
+        with(log::Level::Debug, "step plan: a step of") > 0,
+        "the learned step is not logged: {lines:#?}"
+    );
+}

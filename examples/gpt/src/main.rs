@@ -7,6 +7,12 @@ use clap::Parser;
 use gpt::run::{DeviceKind, TrainArgs, train};
 
 fn main() {
+    // Frugal's and frugal-cuda's decisions (budget evictions, re-plans, out-of-memory
+    // handling, allocator growth) go through `log`: quiet unless asked, e.g.
+    // `RUST_LOG=frugal=debug,frugal_cuda=debug`.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp(None)
+        .init();
     let args = TrainArgs::parse();
     let result = match args.device {
         DeviceKind::Cpu => train::<burn::backend::NdArray>(&args, Default::default()),

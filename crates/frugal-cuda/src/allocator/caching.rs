@@ -298,6 +298,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
         }
         self.st.oom_count += 1;
+        log::debug!(
+            "frugal-cuda: allocation of {} failed ({reason:?}): {} reserved, {} allocated",
+            super::stats::format_bytes(rounded),
+            super::stats::format_bytes(self.st.reserved_bytes),
+            super::stats::format_bytes(self.st.allocated_bytes)
+        );
         Err(AllocError::OutOfMemory {
             requested: size,
             rounded,
@@ -346,6 +352,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             stats: self.stats(),
         };
         self.st.oom_handler_calls += 1;
+        log::info!(
+            "frugal-cuda: out of memory ({reason:?}) for {} with {} reserved and {} allocated: \
+             calling the out-of-memory handler",
+            super::stats::format_bytes(rounded),
+            super::stats::format_bytes(self.st.reserved_bytes),
+            super::stats::format_bytes(self.st.allocated_bytes)
+        );
         self.handler.as_mut().is_some_and(|handler| handler(&info))
     }
 
@@ -462,6 +475,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                     }
                 }
             }
+        }
+        if released > 0 {
+            log::debug!(
+                "frugal-cuda: gave {} of cached memory back to the device ({what:?}), {} reserved",
+                super::stats::format_bytes(released),
+                super::stats::format_bytes(self.st.reserved_bytes)
+            );
         }
         Ok(released)
     }
@@ -594,6 +614,11 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     fn add_reserved(&mut self, bytes: u64) {
+        log::debug!(
+            "frugal-cuda: reserved {} more from the device, {} in all",
+            super::stats::format_bytes(bytes),
+            super::stats::format_bytes(self.st.reserved_bytes + bytes)
+        );
         self.st.reserved_bytes += bytes;
         self.st.peak_reserved_bytes = self.st.peak_reserved_bytes.max(self.st.reserved_bytes);
         self.st.free_bytes += bytes;

@@ -572,10 +572,37 @@ impl Budget {
         }
         let freed = before.saturating_sub(ledger.live_bytes());
         self.counters.add(Counter::rescued_bytes, freed);
+        log::info!(
+            "frugal: out of device memory on {} asking for {}: the budget dropped {} of \
+             recomputable tensors for the allocator to try again",
+            ledger.label,
+            format_bytes(bytes),
+            format_bytes(freed)
+        );
         freed
     }
 
     fn evict_down(&self, ledger: &Ledger, limit: u64) {
+        let before = ledger.live_bytes();
+        let stats_before = log::log_enabled!(log::Level::Debug).then(|| self.stats());
+        self.evict_down_to(ledger, limit);
+        if let Some(was) = stats_before {
+            let now = self.stats();
+            log::debug!(
+                "frugal: budget {} on {}: live {} -> {} ({} recomputable dropped, {} compressed, \
+                 {} offloaded to the host)",
+                format_bytes(limit),
+                ledger.label,
+                format_bytes(before),
+                format_bytes(ledger.live_bytes()),
+                now.evictions.saturating_sub(was.evictions),
+                now.compressions.saturating_sub(was.compressions),
+                now.offloads.saturating_sub(was.offloads),
+            );
+        }
+    }
+
+    fn evict_down_to(&self, ledger: &Ledger, limit: u64) {
         let started = std::time::Instant::now();
         let now = self.clock.load(Relaxed);
         let policy = self.policy();
@@ -726,6 +753,12 @@ impl Budget {
             return 0;
         }
         let waited = started.elapsed().as_nanos() as u64;
+        log::trace!(
+            "frugal: offloaded {} to host memory on {} in {:.1} ms",
+            format_bytes(pending),
+            ledger.label,
+            waited as f64 / 1e6
+        );
         self.counters.add(Counter::offload_batches, 1);
         self.counters.add(Counter::offload_nanos, waited);
         waited

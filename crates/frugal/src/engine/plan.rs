@@ -198,9 +198,12 @@ impl StepPlan {
             if self.period.is_some() {
                 self.replans += 1;
             }
+            // Debug, not info: while a step is first learned, a layer repeating inside it
+            // is found and dropped several times.
             log::debug!(
-                "frugal: step plan: {} (at tensor {ordinal})",
-                period.map_or("no step".into(), |p| format!("a step of {p} tensors"))
+                "frugal: step plan: {} (at tensor {ordinal}, {} re-plans so far)",
+                period.map_or("no step".into(), |p| format!("a step of {p} tensors")),
+                self.replans
             );
             self.period = period;
         }
