@@ -128,6 +128,11 @@ struct Args {
     /// stderr). Recording takes a lock per allocation and free.
     #[arg(long)]
     peak_holders: bool,
+    /// For Frugal configurations: record the timed steps and write them as a PyTorch
+    /// memory_viz pickle (https://pytorch.org/memory_viz) to FILE with the configuration's
+    /// name before the extension (`--memory-viz m.pickle`: `m.budget-1_3.pickle`).
+    #[arg(long, value_name = "FILE")]
+    memory_viz: Option<std::path::PathBuf>,
     /// With `--device cuda`: run on CubeCL's CUDA backend without Burn's fusion, whose fused
     /// kernels are compiled (and fused matmuls autotuned) for every new sequence of ops.
     #[arg(long)]
@@ -804,7 +809,7 @@ fn run<A: AutodiffBackend>(
     for step in 0..args.steps {
         let data = random_tokens(0, step as u64, args.batch, args.seq, args.vocab);
         if step == args.warmup {
-            if ledger && args.peak_holders && args.trace.is_none() {
+            if ledger && (args.peak_holders || args.memory_viz.is_some()) && args.trace.is_none() {
                 memory::record_timeline(&device, 1 << 24);
             }
             memory::reset_peak(&device);
@@ -815,7 +820,7 @@ fn run<A: AutodiffBackend>(
         let timed = step >= args.warmup;
         let started = Instant::now();
         let on_phase = |phase: Phase| {
-            if ledger && args.peak_holders {
+            if ledger && (args.peak_holders || args.memory_viz.is_some()) {
                 memory::mark(&device, phase.label());
             }
             // Only the last step is probed: a sync at each phase would slow the others.
@@ -862,6 +867,19 @@ fn run<A: AutodiffBackend>(
     }
     if let Some(path) = &args.allocator_trace {
         allocator_trace(&device, path, false);
+    }
+    if let (true, Some(path)) = (ledger, &args.memory_viz) {
+        let path = path.with_extension(format!(
+            "{}.{}",
+            name.replace('/', "_"),
+            path.extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("pickle")
+        ));
+        memory::snapshot(&device)
+            .write_memory_viz(&path)
+            .unwrap_or_else(|e| panic!("cannot write --memory-viz {}: {e}", path.display()));
+        eprintln!("{name}: wrote {}", path.display());
     }
     let peak_holders = (ledger && args.peak_holders)
         .then(|| memory::snapshot(&device).holders_at_peak())

@@ -43,6 +43,7 @@ mod accumulate;
 mod checkpoint;
 mod fit;
 pub mod memory;
+mod memory_viz; // 10: PyTorch's memory_viz file of a snapshot
 pub mod optim; // 10: the 8-bit AdamW
 pub mod precision;
 mod report;

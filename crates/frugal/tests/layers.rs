@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["ops"],
     &["checkpoint", "precision", "report"],
-    &["accumulate", "memory", "optim", "scaler"],
+    &["accumulate", "memory", "memory_viz", "optim", "scaler"],
     &["fit"],
     &["lib"],
 ];

@@ -108,7 +108,7 @@ pub fn show_step(bar: &ProgressBar, args: &TrainArgs, entry: &StepLog) {
     bar.inc(1);
 }
 
-/// Writes `steps.json`, `memory.json` and `step-memory.png` into `--out`.
+/// Writes `steps.json`, `memory.json`, `memory_viz.pickle` and `step-memory.png` into `--out`.
 pub fn write_outputs(
     args: &TrainArgs,
     log: &[StepLog],
@@ -134,6 +134,10 @@ pub fn write_outputs(
             .expect("a memory log always serialises")
             .as_bytes(),
     )?;
+    let viz = args.out.join("memory_viz.pickle");
+    snapshot
+        .write_memory_viz(&viz)
+        .map_err(|e| format!("cannot write {}: {e}", viz.display()))?;
     crate::plot::step_memory(snapshot, &args.out.join("step-memory.png"))
 }
 
@@ -203,7 +207,7 @@ pub fn print_summary<D: DeviceOps + 'static>(
         );
     }
     println!(
-        "wrote {}/steps.json, memory.json, step-memory.png; checkpoints in {}",
+        "wrote {}/steps.json, memory.json, memory_viz.pickle, step-memory.png; checkpoints in {}",
         args.out.display(),
         args.checkpoints().display()
     );

@@ -17,6 +17,7 @@ fn checkpoints_resume_exactly_and_errors_are_clear() {
     let straight = train::<NdArray>(&args(&root.join("a"), 8, &[]), Default::default()).unwrap();
     assert_eq!(straight.len(), 8);
     assert!(root.join("a/step-memory.png").exists());
+    assert!(root.join("a/memory_viz.pickle").exists());
     assert!(root.join("a/steps.json").exists());
 
     // Stop after 5 steps (with periodic saves), then resume to 8.
