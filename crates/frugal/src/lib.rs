@@ -48,6 +48,8 @@ pub mod optim; // 10: the 8-bit AdamW
 pub mod precision;
 mod report;
 mod scaler;
+#[cfg(feature = "train")]
+pub mod train; // 11: burn-train metrics of the memory figures
 
 pub use accumulate::{AccumulationError, GradientAccumulation, micro_batch_size};
 pub use backend::Frugal;

@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["ops"],
     &["checkpoint", "precision", "report"],
     &["accumulate", "memory", "memory_viz", "optim", "scaler"],
-    &["fit"],
+    &["fit", "train"],
     &["lib"],
 ];
 

@@ -1,6 +1,7 @@
 //! `Autodiff<Frugal<NdArray>>` as the backend of a burn-train `Learner`: a small regression is
 //! trained through `SupervisedTraining` (data loaders, metrics, checkpoints, validation on the
-//! inner backend) and fits its data, with the ledger watching.
+//! inner backend) and fits its data, with the ledger watching and Frugal's memory metrics in
+//! its logs.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::data::dataloader::DataLoaderBuilder;
@@ -16,6 +17,7 @@ use burn::train::metric::LossMetric;
 use burn::train::{
     InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
 };
+use frugal::train::MemoryMetric;
 use frugal::{Frugal, memory};
 
 type B = Autodiff<Frugal<NdArray>>;
@@ -118,11 +120,31 @@ fn learner_trains_on_frugal() {
     let dir = std::env::temp_dir().join(format!("frugal-learner-{}", std::process::id()));
     let result = SupervisedTraining::new(&dir, train, valid)
         .metric_train_numeric(LossMetric::new())
+        .metric_train_numeric(MemoryMetric::live(device))
+        .metric_train_numeric(MemoryMetric::peak(device))
         .metric_valid_numeric(LossMetric::new())
         .num_epochs(30)
         .launch(Learner::new(model, AdamConfig::new().init(), 5e-2));
     let after = mse(&result.model, &device);
+    // The metrics' logs: one value per iteration, in GB, the peak never below the live.
+    let logged = |figure: &str| -> Vec<f64> {
+        // burn-train names a metric's log after it, spaces as underscores.
+        let name = format!("Frugal memory {figure} ({device:?})").replace(' ', "_");
+        let file = dir.join("train/epoch-1").join(format!("{name}.log"));
+        std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+            .lines()
+            .map(|line| line.parse().unwrap())
+            .collect()
+    };
+    let (live, peak) = (logged("live"), logged("peak"));
     let _ = std::fs::remove_dir_all(&dir);
+    assert!(!live.is_empty() && live.len() == peak.len());
+    assert!(live.iter().all(|&gb| gb > 0.0), "{live:?}");
+    assert!(
+        live.iter().zip(&peak).all(|(l, p)| l <= p),
+        "{live:?} {peak:?}"
+    );
     assert!(
         after < before / 20.0,
         "the learner did not fit: mse {before} -> {after}"
