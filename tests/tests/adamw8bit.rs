@@ -225,23 +225,43 @@ fn train<B: AutodiffBackend>(init: Mlp<B>, steps: usize) -> (Vec<f32>, Vec<u32>,
     (losses, bits, state)
 }
 
+/// One run of [`train`] with the portable path and one with the kernel, from the same
+/// parameters on `Autodiff<Frugal<Wgpu>>`.
+struct PortableAndFused {
+    portable: (Vec<f32>, Vec<u32>, u64),
+    fused: (Vec<f32>, Vec<u32>, u64),
+    /// Kernel launches in the fused run.
+    launched: u64,
+}
+
+fn portable_and_fused(steps: usize) -> PortableAndFused {
+    type B = Autodiff<Frugal<Wgpu>>;
+    let init = mlp::<B>(&Default::default());
+    // Burn initialises parameters lazily, on first read: read them once so that both runs
+    // start from the same values rather than each drawing its own.
+    param_bits(&init);
+    kernels::set_mode(KernelMode::Never);
+    let portable = train(init.clone(), steps);
+    kernels::set_mode(KernelMode::Auto);
+    let before = kernels::stats();
+    let fused = train(init, steps);
+    let launched = kernels::stats().adamw8bit_launches - before.adamw8bit_launches;
+    PortableAndFused {
+        portable,
+        fused,
+        launched,
+    }
+}
+
 #[test]
 fn training_through_the_optimizer_adaptor_takes_the_kernel_with_the_portable_results() {
     let _serial = serial();
     let _reset = Reset;
-    type B = Autodiff<Frugal<Wgpu>>;
-    let device = Default::default();
-    let init = mlp::<B>(&device);
-    // Burn initialises parameters lazily, on first read: read them once so that both runs
-    // start from the same values rather than each drawing its own.
-    param_bits(&init);
-
-    kernels::set_mode(KernelMode::Never);
-    let (losses, bits, state) = train(init.clone(), 5);
-    kernels::set_mode(KernelMode::Auto);
-    let before = kernels::stats();
-    let (fused_losses, fused_bits, fused_state) = train(init, 5);
-    let launched = kernels::stats().adamw8bit_launches - before.adamw8bit_launches;
+    let PortableAndFused {
+        portable: (losses, bits, state),
+        fused: (fused_losses, fused_bits, fused_state),
+        launched,
+    } = portable_and_fused(5);
     // Two 8-bit weights (64 x 256 and 256 x 16 = 4096 elements; the biases stay f32).
     assert_eq!(launched, 2 * 5, "one launch per step and 8-bit weight");
     assert_eq!(losses, fused_losses);
@@ -258,20 +278,16 @@ fn training_through_the_optimizer_adaptor_takes_the_kernel_with_the_portable_res
 fn under_a_budget_the_kernel_takes_managed_tensors_with_the_portable_results() {
     let _serial = serial();
     let _reset = Reset;
-    type B = Autodiff<Frugal<Wgpu>>;
-    let device = Default::default();
-    let init = mlp::<B>(&device);
-    param_bits(&init);
+    let device = burn::backend::wgpu::WgpuDevice::default();
     // Under a budget every new tensor is managed (a cell that may be evicted and restored),
     // the gradients and moments the step reads included. This one is tight enough to evict.
     frugal::memory::set_budget(&device, Some(BUDGET_BYTES));
     let evictions_before = frugal::memory::remat_stats(&device).evictions;
-    kernels::set_mode(KernelMode::Never);
-    let (losses, bits, _) = train(init.clone(), 5);
-    kernels::set_mode(KernelMode::Auto);
-    let before = kernels::stats();
-    let (fused_losses, fused_bits, _) = train(init, 5);
-    let launched = kernels::stats().adamw8bit_launches - before.adamw8bit_launches;
+    let PortableAndFused {
+        portable: (losses, bits, _),
+        fused: (fused_losses, fused_bits, _),
+        launched,
+    } = portable_and_fused(5);
     let evictions = frugal::memory::remat_stats(&device).evictions - evictions_before;
     frugal::memory::set_budget(&device, None);
     assert!(evictions > 0, "the budget evicted nothing");
