@@ -583,10 +583,10 @@ impl Budget {
     }
 
     fn evict_down(&self, ledger: &Ledger, limit: u64) {
-        let before = ledger.live_bytes();
-        let stats_before = log::log_enabled!(log::Level::Debug).then(|| self.stats());
+        let before =
+            log::log_enabled!(log::Level::Debug).then(|| (ledger.live_bytes(), self.stats()));
         self.evict_down_to(ledger, limit);
-        if let Some(was) = stats_before {
+        if let Some((before, was)) = before {
             let now = self.stats();
             log::debug!(
                 "frugal: budget {} on {}: live {} -> {} ({} recomputable dropped, {} compressed, \
