@@ -130,7 +130,8 @@ struct Args {
     peak_holders: bool,
     /// For Frugal configurations: record the timed steps and write them as a PyTorch
     /// memory_viz pickle (https://pytorch.org/memory_viz) to FILE with the configuration's
-    /// name before the extension (`--memory-viz m.pickle`: `m.budget-1_3.pickle`).
+    /// name before the extension (`--memory-viz m.pickle`: `m.budget-1_3.pickle`). On
+    /// frugal-cuda: its allocator's real segments and blocks, and its trace of the timed steps.
     #[arg(long, value_name = "FILE")]
     memory_viz: Option<std::path::PathBuf>,
     /// With `--device cuda`: run on CubeCL's CUDA backend without Burn's fusion, whose fused
@@ -389,6 +390,18 @@ fn allocator_trace<D: 'static>(device: &D, path: &std::path::Path, start: bool) 
                 .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
             eprintln!("wrote {events} allocator events to {}", path.display());
         }
+    }
+}
+
+/// Starts or stops recording frugal-cuda's allocator trace, if `device` is a frugal-cuda
+/// device, so that the memory_viz file has the allocator's own events with its segments.
+#[allow(unused_variables)]
+fn record_allocator_history<D: 'static>(device: &D, on: bool) {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        frugal_cuda::record_allocation_trace(device, on);
     }
 }
 
@@ -812,6 +825,10 @@ fn run<A: AutodiffBackend>(
             if ledger && (args.peak_holders || args.memory_viz.is_some()) && args.trace.is_none() {
                 memory::record_timeline(&device, 1 << 24);
             }
+            // An --allocator-trace recording runs from the start: restarting it would cut it.
+            if ledger && args.memory_viz.is_some() && args.allocator_trace.is_none() {
+                record_allocator_history(&device, true);
+            }
             memory::reset_peak(&device);
             reset_allocator_peaks(&device);
             remat_start = memory::remat_stats(&device);
@@ -865,9 +882,6 @@ fn run<A: AutodiffBackend>(
     if let (true, Some(path)) = (ledger, &args.trace) {
         write_trace(&memory::snapshot(&device), path);
     }
-    if let Some(path) = &args.allocator_trace {
-        allocator_trace(&device, path, false);
-    }
     if let (true, Some(path)) = (ledger, &args.memory_viz) {
         let path = path.with_extension(format!(
             "{}.{}",
@@ -880,6 +894,13 @@ fn run<A: AutodiffBackend>(
             .write_memory_viz(&path)
             .unwrap_or_else(|e| panic!("cannot write --memory-viz {}: {e}", path.display()));
         eprintln!("{name}: wrote {}", path.display());
+        if args.allocator_trace.is_none() {
+            record_allocator_history(&device, false);
+        }
+    }
+    // After the memory_viz snapshot, which copies the allocator trace this takes.
+    if let Some(path) = &args.allocator_trace {
+        allocator_trace(&device, path, false);
     }
     let peak_holders = (ledger && args.peak_holders)
         .then(|| memory::snapshot(&device).holders_at_peak())

@@ -13,7 +13,8 @@
 //! - `cuda` (feature `cuda`): the runtime itself — [`FrugalCudaRuntime`], the Burn backends
 //!   [`FrugalCuda`] (fused, the counterpart of `burn::backend::Cuda`) and [`FrugalCudaUnfused`],
 //!   the driver implementation of [`allocator::DeviceMemory`], and the memory API
-//!   ([`memory_report`], [`set_memory_cap`], [`set_oom_handler`]).
+//!   ([`memory_report`], [`set_memory_cap`], [`set_oom_handler`], [`allocator_history`] for
+//!   the segments, blocks and trace behind a PyTorch memory_viz file).
 
 #![warn(missing_docs)]
 
@@ -26,7 +27,7 @@ mod cuda;
 #[cfg(feature = "cuda")]
 pub use cuda::{
     CudaDeviceMemory, DeviceUnavailable, FrugalCuda, FrugalCudaDevice, FrugalCudaRuntime,
-    FrugalCudaServer, FrugalCudaUnfused, MemoryReport, check_device, clear_oom_handler,
-    device_count, memory_report, record_allocation_trace, reset_peak_memory, set_memory_cap,
-    set_oom_handler, write_allocation_trace,
+    FrugalCudaServer, FrugalCudaUnfused, MemoryReport, allocator_history, allocator_snapshot,
+    check_device, clear_oom_handler, device_count, memory_report, record_allocation_trace,
+    reset_peak_memory, set_memory_cap, set_oom_handler, write_allocation_trace,
 };

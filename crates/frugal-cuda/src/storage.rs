@@ -32,6 +32,8 @@ use cubecl_runtime::memory_management::{
 use cubecl_runtime::server::IoError;
 use cubecl_runtime::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
 
+/// The allocator's trace, recorded through [`AllocatorStorage::record_trace`].
+pub use crate::allocator::TraceEvent;
 use crate::allocator::{
     ALIGNMENT, AllocError, BlockHandle, CachingAllocator, DeviceMemory, OomInfo, Stats,
 };
@@ -72,44 +74,11 @@ pub struct AllocatorStorage<D: DeviceMemory> {
     last_error: Option<AllocError>,
     slots: Box<[u64; BINDING_SLOTS]>,
     cursor: usize,
-    /// When recording: every block allocated and freed, in order (see [`TraceEvent`]).
-    trace: Option<Vec<TraceEvent>>,
     /// Set while [`HandleRegistry::new`] reserves its unallocated slot: `alloc` then hands out
     /// an id with no memory behind it.
     making_unallocated: bool,
     /// The id of that slot's storage.
     unallocated: Option<StorageId>,
-}
-
-/// One event of the allocator's input, as [`AllocatorStorage`] records it: what CubeCL's
-/// registry asked of the allocator (reservations served from CubeCL's own free slots never
-/// reach it, and frees arrive when CubeCL hands slots back). Replaying these through a
-/// [`CachingAllocator`] reproduces the device's layout exactly, which is what allocator
-/// policies can be compared on without a GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum TraceEvent {
-    /// Block `id` of `bytes` bytes (the request, before rounding) was allocated.
-    Alloc {
-        /// The allocator's block id.
-        id: u64,
-        /// Bytes requested.
-        bytes: u64,
-    },
-    /// Block `id` was freed.
-    Free {
-        /// The allocator's block id.
-        id: u64,
-    },
-}
-
-impl std::fmt::Display for TraceEvent {
-    /// The text form of allocation traces in this crate's tests: `a <id> <bytes>`, `f <id>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TraceEvent::Alloc { id, bytes } => write!(f, "a {id} {bytes}"),
-            TraceEvent::Free { id } => write!(f, "f {id}"),
-        }
-    }
 }
 
 impl<D: DeviceMemory> std::fmt::Debug for AllocatorStorage<D> {
@@ -132,7 +101,6 @@ impl<D: DeviceMemory> AllocatorStorage<D> {
             last_error: None,
             slots: Box::new([0; BINDING_SLOTS]),
             cursor: 0,
-            trace: None,
             making_unallocated: false,
             unallocated: None,
         }
@@ -154,14 +122,17 @@ impl<D: DeviceMemory> AllocatorStorage<D> {
         self.blocks.len()
     }
 
-    /// Starts (clearing what was recorded) or stops recording the allocator's input.
+    /// Starts (clearing what was recorded) or stops recording the allocator's trace
+    /// ([`CachingAllocator::record_trace`]). Its requests are what CubeCL's registry asked of
+    /// the allocator: reservations served from CubeCL's own free slots never reach it, and
+    /// frees arrive when CubeCL hands slots back.
     pub fn record_trace(&mut self, on: bool) {
-        self.trace = on.then(Vec::new);
+        self.allocator.record_trace(on);
     }
 
     /// The events recorded since recording started, leaving the recording on and empty.
     pub fn take_trace(&mut self) -> Vec<TraceEvent> {
-        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+        self.allocator.take_trace()
     }
 
     /// The device address of a storage id, if it is held.
@@ -230,12 +201,6 @@ impl<D: DeviceMemory + Send> ComputeStorage for AllocatorStorage<D> {
                 }
             }
         };
-        if let Some(trace) = &mut self.trace {
-            trace.push(TraceEvent::Alloc {
-                id: block.id(),
-                bytes: size,
-            });
-        }
         let id = StorageId::new();
         self.blocks.insert(id, block);
         Ok(StorageHandle::new(
@@ -248,9 +213,6 @@ impl<D: DeviceMemory + Send> ComputeStorage for AllocatorStorage<D> {
         let Some(block) = self.blocks.remove(&id) else {
             return;
         };
-        if let Some(trace) = &mut self.trace {
-            trace.push(TraceEvent::Free { id: block.id() });
-        }
         if let Err(e) = self.allocator.dealloc(block) {
             // Cannot happen for a block this storage handed out; record rather than panic.
             self.last_error = Some(e);
@@ -475,5 +437,59 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             .storage()
             .allocator_mut()
             .set_oom_handler(handler);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cubecl_runtime::memory_management::MemoryHandle;
+
+    use super::*;
+    use crate::allocator::SimulatedDevice;
+
+    #[test]
+    fn the_registrys_trace_names_the_addresses_kernels_get() {
+        let mut reg = HandleRegistry::new(
+            CachingAllocator::new(SimulatedDevice::new()),
+            Arc::new(ServerLogger::default()),
+        );
+        reg.storage().record_trace(true);
+        let reserved = reg.reserve(3 << 20).unwrap();
+        let handle = ManagedMemoryHandle::new();
+        reg.bind(reserved, handle.clone(), 0).unwrap();
+        let ptr = reg
+            .get_resource(MemoryHandle::binding(handle.clone()), None, None)
+            .unwrap()
+            .ptr;
+        drop(handle);
+        let released = reg.cleanup().unwrap();
+        assert_eq!(reg.stats().reserved_bytes, 0);
+        let trace = reg.storage().take_trace();
+        let [
+            TraceEvent::SegmentMap {
+                address: mapped_at,
+                size: mapped,
+                ..
+            },
+            TraceEvent::Alloc {
+                address: allocated_at,
+                bytes: 3145728,
+                ..
+            },
+            TraceEvent::Free {
+                address: freed_at, ..
+            },
+            TraceEvent::SegmentUnmap {
+                address: unmapped_at,
+                size: unmapped,
+                ..
+            },
+        ] = trace[..]
+        else {
+            panic!("{trace:?}");
+        };
+        assert_eq!((allocated_at, freed_at), (ptr, ptr));
+        assert_eq!((mapped_at, unmapped_at), (ptr, ptr));
+        assert_eq!((mapped, unmapped), (released, released));
     }
 }

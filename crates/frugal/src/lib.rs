@@ -60,6 +60,7 @@ pub use fit::{
     AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitProbe, FitRow,
 };
 pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
+pub use runtime::{AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView};
 pub use scaler::{GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep};
 pub use tensor::FrugalTensor;
 pub use units::{ParseBytesError, format_bytes, parse_bytes};

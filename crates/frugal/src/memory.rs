@@ -11,10 +11,15 @@
 //! buffer in place, the ledger counts input and output both until the op returns.
 
 use burn_backend::DeviceOps;
+use burn_core::module::{Module, ModuleVisitor, Param};
+use burn_core::tensor::Tensor;
+use burn_core::tensor::backend::{AutodiffBackend, Backend};
+use burn_optim::GradientsParams;
 
+use crate::backend::Frugal;
 use crate::device::DeviceState;
 pub use crate::engine::{EvictionMode, Policy, RematStats};
-pub use crate::ledger::{Event, EventKind};
+pub use crate::ledger::{Event, EventKind, Phase, Role, RoleBytes};
 pub use crate::report::{Holder, MemoryReport, PeakHolders, Snapshot};
 pub use crate::runtime::{DeviceMemory, PoolUsage, device_memory, pool_usage};
 use crate::runtime::{OomRescue, set_oom_rescue};
@@ -59,10 +64,12 @@ pub fn holders<D: DeviceOps + 'static>(device: &D) -> Vec<Holder> {
 pub fn snapshot<D: DeviceOps + 'static>(device: &D) -> Snapshot {
     let state = DeviceState::of_device(device);
     let report = MemoryReport::of(state, pool_usage(device));
+    let allocator = crate::runtime::allocator_view(device);
     state.ledger.with_timeline(|timeline| Snapshot {
         report,
         events: timeline.events.iter().cloned().collect(),
         dropped_events: timeline.dropped,
+        allocator,
     })
 }
 
@@ -77,6 +84,76 @@ pub fn record_timeline<D: DeviceOps + 'static>(device: &D, capacity: usize) {
 /// forward and backward passes, so plots can show the phases.
 pub fn mark<D: DeviceOps + 'static>(device: &D, label: &str) {
     DeviceState::of_device(device).ledger.mark(label)
+}
+
+/// Sets the phase of the training step on `device`: buffers made from now on get its role
+/// ([`Phase::role`]), so that [`live_by_role`] and the report split live bytes into
+/// parameters, gradients, optimizer state, activations and other. Call it before the forward
+/// pass, before `backward()` and before the optimizer step, then [`tag_parameters`] after the
+/// step and `Phase::Outside` until the next forward pass; burn-train's `Learner` does this
+/// through [`crate::train::RoleTracking`].
+pub fn set_phase<D: DeviceOps + 'static>(device: &D, phase: Phase) {
+    DeviceState::of_device(device).ledger.set_phase(phase)
+}
+
+/// Live bytes of `device` per role now (see [`set_phase`]).
+pub fn live_by_role<D: DeviceOps + 'static>(device: &D) -> RoleBytes {
+    DeviceState::of_device(device).ledger.live_by_role()
+}
+
+/// Each role's highest live bytes on `device` since the start or [`reset_peak`] (each role's
+/// own high, so they need not add up to [`peak_bytes`]).
+pub fn peak_by_role<D: DeviceOps + 'static>(device: &D) -> RoleBytes {
+    DeviceState::of_device(device).ledger.peak_by_role()
+}
+
+/// Tags the buffers of `module`'s float parameters as [`Role::Parameter`], through Burn's
+/// `Module` visitor: the model needs no change. An optimizer step makes new parameter tensors
+/// (as optimizer state, by their phase), so call it after each step.
+pub fn tag_parameters<B, X, M>(module: &M)
+where
+    B: AutodiffBackend<InnerBackend = Frugal<X>>,
+    X: Backend,
+    M: Module<B>,
+{
+    struct Tagger;
+    impl<B, X> ModuleVisitor<B> for Tagger
+    where
+        B: AutodiffBackend<InnerBackend = Frugal<X>>,
+        X: Backend,
+    {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            tag(param.val().inner(), Role::Parameter);
+        }
+    }
+    module.visit(&mut Tagger);
+}
+
+/// Tags the buffers of `grads`, the gradients of `module`'s parameters, as
+/// [`Role::Gradient`] (for loops that cannot set [`Phase::Backward`] before `backward()`).
+pub fn tag_gradients<B, X, M>(module: &M, grads: &GradientsParams)
+where
+    B: AutodiffBackend<InnerBackend = Frugal<X>>,
+    X: Backend,
+    M: Module<B>,
+{
+    struct Tagger<'a>(&'a GradientsParams);
+    impl<B, X> ModuleVisitor<B> for Tagger<'_>
+    where
+        B: AutodiffBackend<InnerBackend = Frugal<X>>,
+        X: Backend,
+    {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(grad) = self.0.get::<Frugal<X>, D>(param.id) {
+                tag(grad, Role::Gradient);
+            }
+        }
+    }
+    module.visit(&mut Tagger(grads));
+}
+
+fn tag<X: Backend, const D: usize>(tensor: Tensor<Frugal<X>, D>, role: Role) {
+    tensor.into_primitive().tensor().set_role(role);
 }
 
 /// Sets the memory budget of `device` in bytes (`None`: no budget), effective at once.

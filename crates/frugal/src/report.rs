@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::device::DeviceState;
 use crate::engine::RematStats;
-use crate::ledger::{Event, EventKind};
+use crate::ledger::{Event, EventKind, Role, RoleBytes};
 use crate::runtime::PoolUsage;
 use crate::units::format_bytes;
 
@@ -42,6 +42,10 @@ pub struct MemoryReport {
     pub total_alloc_bytes: u64,
     /// Live bytes by producing op, largest first.
     pub holders: Vec<Holder>,
+    /// Live bytes by what they are for (see [`crate::memory::set_phase`]).
+    pub live_by_role: RoleBytes,
+    /// Each role's highest live bytes (its own high, not at one moment).
+    pub peak_by_role: RoleBytes,
     /// The device pool's own figures, where the device is a CubeCL one.
     pub pool: Option<PoolUsage>,
     /// The memory budget, if one is set ([`crate::memory::set_budget`]).
@@ -78,6 +82,8 @@ impl MemoryReport {
             total_allocs: ledger.buffers().total(),
             total_alloc_bytes: ledger.bytes().total(),
             holders: Holder::of(state),
+            live_by_role: ledger.live_by_role(),
+            peak_by_role: ledger.peak_by_role(),
             pool,
             budget: state.budget.limit(),
             remat: state.budget.stats(),
@@ -115,6 +121,31 @@ impl fmt::Display for MemoryReport {
             "| {:<26}|{:>15} |{:>15} |{:>13} |",
             "Live buffers", self.live_tensors, self.peak_tensors, self.total_allocs
         )?;
+        if self.live_by_role.other != self.live_bytes || self.peak_by_role.other != self.peak_bytes
+        {
+            rule(f, '-')?;
+            writeln!(
+                f,
+                "| {:<26}|{:>15} |{:>15} |{:>13} |",
+                "Live bytes by role", "Current", "Peak", "Share"
+            )?;
+            for role in Role::ALL {
+                let live = self.live_by_role.get(role);
+                let share = if self.live_bytes == 0 {
+                    0.0
+                } else {
+                    100.0 * live as f64 / self.live_bytes as f64
+                };
+                writeln!(
+                    f,
+                    "| {:<26}|{:>15} |{:>15} |{:>12.1}% |",
+                    format!("  {}", role.label()),
+                    format_bytes(live),
+                    format_bytes(self.peak_by_role.get(role)),
+                    share
+                )?;
+            }
+        }
         let remat = &self.remat;
         if self.budget.is_some() || *remat != RematStats::default() {
             rule(f, '-')?;
@@ -234,6 +265,11 @@ pub struct Snapshot {
     pub events: Vec<Event>,
     /// Events that fell off the front of the timeline because it was full.
     pub dropped_events: u64,
+    /// On frugal-cuda, its allocator at the moment of the snapshot: segments, blocks and, when
+    /// `frugal_cuda::record_allocation_trace` was on, its trace. `None` on other devices. Left
+    /// out of the JSON (the trace can be large); [`Snapshot::write_memory_viz`] writes it.
+    #[serde(skip)]
+    pub allocator: Option<crate::runtime::AllocatorView>,
 }
 
 impl Snapshot {

@@ -17,7 +17,8 @@ use burn::train::metric::LossMetric;
 use burn::train::{
     InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
 };
-use frugal::train::MemoryMetric;
+use frugal::memory::Role;
+use frugal::train::{MemoryMetric, RoleTracking};
 use frugal::{Frugal, memory};
 
 type B = Autodiff<Frugal<NdArray>>;
@@ -122,9 +123,18 @@ fn learner_trains_on_frugal() {
         .metric_train_numeric(LossMetric::new())
         .metric_train_numeric(MemoryMetric::live(device))
         .metric_train_numeric(MemoryMetric::peak(device))
+        .metric_train_numeric(MemoryMetric::role_live(device, Role::Parameter))
+        .metric_train_numeric(MemoryMetric::role_live(device, Role::OptimizerState))
+        .metric_train_numeric(MemoryMetric::role_peak(device, Role::Parameter))
+        .metric_train_numeric(MemoryMetric::role_peak(device, Role::OptimizerState))
+        .metric_train_numeric(MemoryMetric::role_peak(device, Role::Gradient))
         .metric_valid_numeric(LossMetric::new())
         .num_epochs(30)
-        .launch(Learner::new(model, AdamConfig::new().init(), 5e-2));
+        .launch(Learner::new(
+            model,
+            RoleTracking::new(AdamConfig::new().init()),
+            5e-2,
+        ));
     let after = mse(&result.model, &device);
     // The metrics' logs: one value per iteration, in GB, the peak never below the live.
     let logged = |figure: &str| -> Vec<f64> {
@@ -138,7 +148,26 @@ fn learner_trains_on_frugal() {
             .collect()
     };
     let (live, peak) = (logged("live"), logged("peak"));
+    let bytes = |gb: &f64| (gb * 1e9).round() as u64;
+    // The regressor's 5 parameters are 20 bytes; Adam's two moments 40; every gradient is
+    // live at the optimizer step.
+    let parameters = logged("live parameters");
+    let state = logged("live optimizer state");
+    let peaks = ["parameters", "optimizer state", "gradients"]
+        .map(|role| logged(&format!("peak {role}")).iter().map(bytes).max());
     let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(parameters.last().map(bytes), Some(20), "{parameters:?}");
+    assert_eq!(state.last().map(bytes), Some(40), "{state:?}");
+    // At the step, new parameters and moments are made while the old are still held.
+    let [Some(parameters), Some(state), Some(gradients)] = peaks else {
+        panic!("no peaks logged: {peaks:?}");
+    };
+    assert!(
+        (20..=40).contains(&parameters),
+        "peak parameters {parameters}"
+    );
+    assert!(state >= 40, "peak optimizer state {state}");
+    assert_eq!(gradients, 20, "peak gradients");
     assert!(!live.is_empty() && live.len() == peak.len());
     assert!(live.iter().all(|&gb| gb > 0.0), "{live:?}");
     assert!(

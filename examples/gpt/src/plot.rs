@@ -1,10 +1,10 @@
-//! A PNG of live bytes over one training step, from the ledger's timeline, with the phases and
+//! A PNG of live bytes over one training step, by role, from the ledger's timeline, with the phases and
 //! the peak marked.
 
 use std::path::Path;
 use std::sync::Once;
 
-use frugal::memory::{EventKind, Snapshot, format_bytes};
+use frugal::memory::{EventKind, Role, Snapshot, format_bytes};
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
@@ -24,7 +24,17 @@ pub fn fonts() {
     });
 }
 
-/// Draws the snapshot's timeline (live bytes after each event) to `path` as a PNG.
+/// Colours of the roles, in `Role::ALL` order.
+const ROLE_COLOURS: [RGBColor; 5] = [
+    RGBColor(86, 180, 233),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(160, 160, 160),
+];
+
+/// Draws the snapshot's timeline (live bytes after each event, split by role) to `path` as a
+/// PNG.
 pub fn step_memory(snapshot: &Snapshot, path: &Path) -> Result<(), String> {
     fonts();
     let points: Vec<(f64, f64)> = snapshot
@@ -67,11 +77,50 @@ pub fn step_memory(snapshot: &Snapshot, path: &Path) -> Result<(), String> {
         .y_desc("live MiB (Frugal ledger)")
         .draw()
         .map_err(|e| err(&e))?;
+    // Live bytes by role, stacked in `Role::ALL` order: each layer is drawn as the area under
+    // its cumulative sum, the tallest first so the lower ones stay visible over it.
+    let stacked: Vec<(f64, [f64; 5])> = snapshot
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind != EventKind::Mark)
+        .map(|(i, e)| {
+            let mut sums = [0.0; 5];
+            let mut sum = 0.0;
+            for (layer, role) in Role::ALL.into_iter().enumerate() {
+                sum += e.live_by_role.get(role) as f64 / MIB;
+                sums[layer] = sum;
+            }
+            (i as f64, sums)
+        })
+        .collect();
+    for (layer, role) in Role::ALL.into_iter().enumerate().rev() {
+        let colour = ROLE_COLOURS[layer];
+        chart
+            .draw_series(AreaSeries::new(
+                stacked.iter().map(|(x, sums)| (*x, sums[layer])),
+                0.0,
+                colour.filled(),
+            ))
+            .map_err(|e| err(&e))?
+            .label(role.label())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
     chart
         .draw_series(LineSeries::new(
             points.iter().copied(),
             BLUE.stroke_width(2),
         ))
+        .map_err(|e| err(&e))?
+        .label("live (all)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLUE.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::MiddleRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .label_font(("sans-serif", 14))
+        .draw()
         .map_err(|e| err(&e))?;
     for (i, event) in snapshot.events.iter().enumerate() {
         if event.kind == EventKind::Mark {

@@ -31,6 +31,18 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
     train_observed::<B>(args, device, |_, _| {})
 }
 
+/// Turns frugal-cuda's allocator trace on or off if `device` is a frugal-cuda device: on for
+/// the recorded step, memory_viz.pickle gets the allocator's own events with its segments.
+#[allow(unused_variables)]
+fn record_allocator_trace<D: 'static>(device: &D, on: bool) {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        frugal_cuda::record_allocation_trace(device, on);
+    }
+}
+
 /// What a run that stopped for a device out-of-memory asks of the next process, so that it
 /// goes on where this one stopped with half the micro-batch (see [`take_restart`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +149,9 @@ pub fn train_observed<B: Backend>(
             log: Vec::with_capacity(args.steps as usize),
         }
     };
+    // The ledger's roles: the parameters, through Burn's module visitor (again after each
+    // step, whose update makes new parameter tensors).
+    memory::tag_parameters(&model);
     if args.fit {
         let limit = args.budget.expect("validate() asks --fit for a --budget");
         let batch = corpus.batch(args.seed, first, args.batch, args.seq)?;
@@ -159,6 +174,7 @@ pub fn train_observed<B: Backend>(
         if step == args.steps - 1 {
             // Record the timeline of the last step for the plot.
             memory::record_timeline(&device, 1 << 20);
+            record_allocator_trace(&device, true);
         }
         let started = Instant::now();
         let batch = corpus.batch(args.seed, step, args.batch, args.seq)?;
@@ -259,6 +275,7 @@ pub fn train_observed<B: Backend>(
             }
         };
         model = next;
+        memory::tag_parameters(&model);
         if !loss.is_finite() {
             return Err(non_finite_loss(&args, loss, step));
         }
@@ -285,6 +302,7 @@ pub fn train_observed<B: Backend>(
     let snapshot = memory::snapshot(&device);
     let remat = memory::remat_stats(&device).since(&remat_start);
     memory::record_timeline(&device, 0);
+    record_allocator_trace(&device, false);
     checkpoint::save_checkpoint::<B>(&args, &model, &optim, scaler.as_ref(), args.steps, &log)?;
     report::write_outputs(&args, &log, &snapshot, remat)?;
     report::print_summary(&args, &log, &device, &remat, recovered, args.steps - first);

@@ -9,7 +9,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use clap::ValueEnum;
 use frugal::optim::{AdamW8bit, AdamW8bitConfig};
-use frugal::{AccumulationError, GradScaler, GradientAccumulation, ScaledStep};
+use frugal::{AccumulationError, GradScaler, GradientAccumulation, ScaledStep, memory};
 use serde::{Deserialize, Serialize};
 
 use crate::data::Batch;
@@ -235,8 +235,13 @@ pub fn step_accumulated<B: AutodiffBackend>(
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(part.inputs, shape), device);
         let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(part.targets, shape), device);
         on_phase(Phase::Start);
+        // The ledger's roles: what the forward pass makes is activations, what backward makes
+        // gradients, what the optimizer makes its state (the parameters are tagged after the
+        // step, by the caller that knows the backend).
+        memory::set_phase(device, memory::Phase::Forward);
         let loss = model.loss_with(tokens, targets, options.checkpoint_blocks);
         on_phase(Phase::Forward);
+        memory::set_phase(device, memory::Phase::Backward);
         match &scaler {
             Some(scaler) => {
                 let scaled = scaler.scale_loss(scale(loss.clone(), accumulation.loss_factor()));
@@ -248,6 +253,7 @@ pub fn step_accumulated<B: AutodiffBackend>(
         // Read after the backward pass, as a step without accumulation does: reading syncs.
         loss_sum += loss.into_scalar().elem::<f32>();
         on_phase(Phase::Backward);
+        memory::set_phase(device, memory::Phase::Outside);
     }
     let micro_batches = accumulation.micro_batches();
     let mut grads = accumulation.finish()?;
@@ -255,6 +261,7 @@ pub fn step_accumulated<B: AutodiffBackend>(
     // be built in f32, the parameters' type (a no-op otherwise).
     frugal::precision::match_param_dtypes(&model, &mut grads);
     let lr = options.lr;
+    memory::set_phase(device, memory::Phase::Optimizer);
     let (model, outcome) = match scaler {
         Some(scaler) => {
             let (model, outcome) = scaler.step(lr, model, optim, grads);
@@ -262,6 +269,7 @@ pub fn step_accumulated<B: AutodiffBackend>(
         }
         None => (optim.step(lr, model, grads), None),
     };
+    memory::set_phase(device, memory::Phase::Outside);
     on_phase(Phase::Optimizer);
     Ok((model, loss_sum / micro_batches as f32, outcome))
 }

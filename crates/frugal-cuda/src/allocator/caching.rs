@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::device::{DeviceError, DeviceMemory};
 use super::stats::{BlockSnapshot, SegmentSnapshot, Snapshot, Stats};
+use super::trace::{History, TraceEvent};
 use super::{
     ALIGNMENT, AllocError, AllocatorConfig, BlockHandle, FreeQueue, MIN_BLOCK_SIZE, OomHandler,
     OomInfo, OomReason, Pool, SMALL_SIZE, SegmentId, plain_segment_size, round_size,
@@ -128,6 +129,8 @@ pub struct CachingAllocator<D: DeviceMemory> {
     /// Counters and gauges kept up to date incrementally; the fields computed on demand
     /// (segment counts, largest free block, cap) are filled in by [`Self::stats`].
     st: Stats,
+    /// When recording ([`Self::record_trace`]): every event since, in order.
+    trace: Option<Vec<TraceEvent>>,
 }
 
 impl<D: DeviceMemory> fmt::Debug for CachingAllocator<D> {
@@ -180,6 +183,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             handler: None,
             queue: FreeQueue::default(),
             st: Stats::default(),
+            trace: None,
             config,
         }
     }
@@ -256,6 +260,31 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     ///    applied, then rungs 1, 5 (releasing unconditionally), 4 and 2 once more;
     /// 7. [`AllocError::OutOfMemory`], naming the rung's reason (cap or device).
     pub fn alloc(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
+        let result = self.climb(size);
+        if let Some(trace) = &mut self.trace {
+            match &result {
+                Ok(handle) => trace.push(alloc_event(handle, size)),
+                Err(AllocError::OutOfMemory {
+                    requested,
+                    reason,
+                    cap,
+                    reserved,
+                    ..
+                }) => trace.push(TraceEvent::Oom {
+                    bytes: *requested,
+                    free: match reason {
+                        OomReason::Cap => cap.map_or(0, |cap| cap.saturating_sub(*reserved)),
+                        OomReason::Device => 0,
+                    },
+                }),
+                Err(_) => {}
+            }
+        }
+        result
+    }
+
+    /// The ladder of [`Self::alloc`], which records its outcome.
+    fn climb(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
         self.flush();
         let rounded = round_size(size).ok_or(AllocError::SizeOverflow { requested: size })?;
         let pool = self.pool_for(rounded);
@@ -369,7 +398,11 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     pub fn try_alloc_cached(&mut self, size: u64) -> Option<BlockHandle> {
         self.flush();
         let rounded = round_size(size)?;
-        self.alloc_from_cache(self.pool_for(rounded), rounded)
+        let handle = self.alloc_from_cache(self.pool_for(rounded), rounded)?;
+        if let Some(trace) = &mut self.trace {
+            trace.push(alloc_event(&handle, size));
+        }
+        Some(handle)
     }
 
     /// Frees a live block: it merges with its free neighbours and stays cached in its segment.
@@ -415,6 +448,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.st.free_bytes += block.size;
         self.st.active_blocks -= 1;
         self.st.free_count += 1;
+        if let Some(trace) = &mut self.trace {
+            trace.push(TraceEvent::Free {
+                id: handle.id,
+                address: handle.address,
+                size: requested,
+            });
+        }
         Ok(())
     }
 
@@ -458,6 +498,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                     self.device.free(seg.base, seg.mapped)?;
                     let size = seg.mapped;
                     let pool = pool_index(seg.pool);
+                    if let Some(trace) = &mut self.trace {
+                        trace.push(TraceEvent::SegmentFree {
+                            segment: SegmentId(id),
+                            address: seg.base,
+                            size,
+                        });
+                    }
                     self.segments.remove(&id);
                     self.free[pool].remove(&(size, id, 0));
                     self.st.reserved_bytes -= size;
@@ -512,6 +559,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 continue;
             }
             self.device.unmap(base, start, end - start)?;
+            if let Some(trace) = &mut self.trace {
+                trace.push(TraceEvent::SegmentUnmap {
+                    segment: SegmentId(id),
+                    address: base + start,
+                    size: end - start,
+                });
+            }
             let Some(seg) = self.segments.get_mut(&id) else {
                 break;
             };
@@ -560,6 +614,27 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .max(self.largest_free(Pool::Huge));
         st.cap = self.cap;
         st
+    }
+
+    /// Starts (clearing what was recorded) or stops recording the trace: every allocation,
+    /// free, segment change and out-of-memory, in order, with device addresses (see
+    /// [`TraceEvent`]). Off by default; when off, the only cost is a branch per event.
+    pub fn record_trace(&mut self, on: bool) {
+        self.trace = on.then(Vec::new);
+    }
+
+    /// The events recorded since recording started or the last call, leaving the recording
+    /// on and empty (empty when not recording).
+    pub fn take_trace(&mut self) -> Vec<TraceEvent> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// [`Self::snapshot`] and a copy of the trace recorded up to now (the recording goes on).
+    pub fn history(&self) -> History {
+        History {
+            snapshot: self.snapshot(),
+            trace: self.trace.clone(),
+        }
     }
 
     /// Sets the peaks to the current values, to measure the peak of a phase.
@@ -779,6 +854,21 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.free[pool_index(pool)].insert((mapped, id, 0));
         self.add_reserved(mapped);
         self.st.device_allocs += 1;
+        if let Some(trace) = &mut self.trace {
+            let (segment, address, size) = (SegmentId(id), base, mapped);
+            trace.push(match expandable {
+                Some(_) => TraceEvent::SegmentMap {
+                    segment,
+                    address,
+                    size,
+                },
+                None => TraceEvent::SegmentAlloc {
+                    segment,
+                    address,
+                    size,
+                },
+            });
+        }
         id
     }
 
@@ -819,7 +909,15 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             let Some(seg) = self.segments.get(&id) else {
                 return Err(GrowError::DeviceOom);
             };
-            self.device.map(seg.base, at, growth).map_err(grow_error)?;
+            let base = seg.base;
+            self.device.map(base, at, growth).map_err(grow_error)?;
+            if let Some(trace) = &mut self.trace {
+                trace.push(TraceEvent::SegmentMap {
+                    segment: SegmentId(id),
+                    address: base + at,
+                    size: growth,
+                });
+            }
             let key = self.insert_mapped(id, at, growth);
             self.add_reserved(growth);
             self.st.device_allocs += 1;
@@ -840,6 +938,16 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         let id = self.new_segment(pool, base, Some(virtual_size), mapped);
         Ok(self.take((mapped, id, 0), rounded))
+    }
+}
+
+/// The trace event of `handle`, allocated for a request of `bytes`.
+fn alloc_event(handle: &BlockHandle, bytes: u64) -> TraceEvent {
+    TraceEvent::Alloc {
+        id: handle.id,
+        bytes,
+        address: handle.address,
+        size: handle.size,
     }
 }
 

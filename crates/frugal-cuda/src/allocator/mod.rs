@@ -23,11 +23,13 @@
 //!   otherwise.
 //!
 //! Submodules: [`caching`] (the allocator), [`device`] (the driver operations it calls, and a
-//! simulated device), [`stats`] (statistics and snapshots).
+//! simulated device), [`stats`] (statistics and snapshots), [`trace`] (the recorded trace of
+//! allocations, frees and segment changes, with device addresses).
 
 pub mod caching;
 pub mod device;
 pub mod stats;
+pub mod trace;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,7 @@ use serde::Serialize;
 pub use caching::CachingAllocator;
 pub use device::{DeviceError, DeviceMemory, SimulatedDevice, SimulatedDeviceCounters};
 pub use stats::{BlockSnapshot, SegmentSnapshot, Snapshot, Stats, format_bytes};
+pub use trace::{History, TraceEvent};
 
 /// Every block size is a multiple of this, and every block's offset too: the smallest block.
 pub const MIN_BLOCK_SIZE: u64 = 512;

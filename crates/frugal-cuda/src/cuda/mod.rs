@@ -36,7 +36,7 @@ use cubecl_cpp::cuda::mma::contiguous_elements_cuda;
 use cubecl_cuda::CudaCompiler;
 use cubecl_runtime::client::ComputeClient;
 
-use crate::allocator::{AllocError, OomInfo};
+use crate::allocator::{AllocError, History, OomInfo, Snapshot};
 use server::ControlRequest;
 
 /// An NVIDIA GPU driven by [`FrugalCudaRuntime`], by CUDA ordinal.
@@ -252,14 +252,19 @@ pub fn reset_peak_memory(device: &FrugalCudaDevice) {
     let _ = apply(device, ControlRequest::ResetPeaks);
 }
 
-/// Starts (clearing anything recorded) or stops recording what the allocator is asked: every
-/// block allocated and freed, in order ([`crate::storage::TraceEvent`]).
+/// Starts (clearing anything recorded) or stops recording the allocator's trace: every block
+/// allocated and freed, every segment allocated, freed, mapped or unmapped, and every
+/// allocation that found no memory, in order, with device addresses
+/// ([`crate::allocator::TraceEvent`]). Read it with [`allocator_history`] (a copy, the
+/// recording goes on) or [`write_allocation_trace`] (which takes it).
 pub fn record_allocation_trace(device: &FrugalCudaDevice, on: bool) {
     let _ = apply(device, ControlRequest::RecordTrace(on));
 }
 
-/// The events recorded since [`record_allocation_trace`] (or the last call of this), as
-/// `a <id> <bytes>` / `f <id>` lines written to `path`. Returns the number of events.
+/// The allocations and frees recorded since [`record_allocation_trace`] (or the last call of
+/// this), as `a <id> <bytes>` / `f <id>` lines written to `path`: the allocator's input, to
+/// replay. Takes every recorded event, segment events included, though only requests are
+/// written. Returns the number of lines.
 pub fn write_allocation_trace(
     device: &FrugalCudaDevice,
     path: &std::path::Path,
@@ -268,9 +273,36 @@ pub fn write_allocation_trace(
     let _ = apply(device, ControlRequest::TakeTrace);
     let events = client(device).info().take_trace();
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for event in &events {
+    let mut lines = 0;
+    for event in events.iter().filter(|e| e.is_request()) {
         writeln!(out, "{event}")?;
+        lines += 1;
     }
     out.flush()?;
-    Ok(events.len())
+    Ok(lines)
+}
+
+/// The allocator's segments and blocks, with device addresses, and its statistics, as of now
+/// (the server's queue drained up to this call, as for [`memory_report`]).
+pub fn allocator_snapshot(device: &FrugalCudaDevice) -> Snapshot {
+    history(device, false).snapshot
+}
+
+/// [`allocator_snapshot`] and a copy of the trace recorded up to the same moment (`None` when
+/// [`record_allocation_trace`] is off; the recording goes on): the two agree, so a PyTorch
+/// memory_viz file built from them replays consistently.
+pub fn allocator_history(device: &FrugalCudaDevice) -> History {
+    history(device, true)
+}
+
+fn history(device: &FrugalCudaDevice, with_trace: bool) -> History {
+    // The server publishes into one slot: a concurrent caller may take what our request
+    // published, and then the next request publishes again.
+    for _ in 0..64 {
+        let _ = apply(device, ControlRequest::History(with_trace));
+        if let Some(history) = client(device).info().take_history() {
+            return history;
+        }
+    }
+    panic!("frugal-cuda: the device server does not publish its allocator's history")
 }

@@ -48,7 +48,7 @@ use cudarc::driver::sys::{
 use super::compiler::KernelContext;
 use super::memory::{CudaDeviceMemory, PinnedBytesController, PinnedStorage};
 use super::tma;
-use crate::allocator::{AllocError, OomInfo, Stats};
+use crate::allocator::{AllocError, History, OomInfo, Stats};
 use crate::storage::{DeviceResource, HandleRegistry, RegistryCounters, TraceEvent};
 
 const MB: usize = 1 << 20;
@@ -116,6 +116,9 @@ pub(crate) enum ControlRequest {
     RecordTrace(bool),
     /// Move the recorded events into [`MemoryControl`] for the caller.
     TakeTrace,
+    /// Publish the allocator's segments and blocks into [`MemoryControl`], with a copy of the
+    /// trace recorded so far when `true`.
+    History(bool),
 }
 
 /// What the allocator reports, as published by the server.
@@ -141,6 +144,7 @@ pub struct MemoryControl {
     report: Mutex<MemoryReport>,
     last_error: Mutex<Option<AllocError>>,
     trace: Mutex<Vec<TraceEvent>>,
+    history: Mutex<Option<History>>,
 }
 
 impl std::fmt::Debug for MemoryControl {
@@ -164,6 +168,13 @@ impl MemoryControl {
 
     pub(crate) fn take_trace(&self) -> Vec<TraceEvent> {
         std::mem::take(&mut *self.trace.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub(crate) fn take_history(&self) -> Option<History> {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     pub(crate) fn take_error(&self) -> Option<AllocError> {
@@ -278,6 +289,23 @@ impl FrugalCudaServer {
                 ControlRequest::TakeTrace => {
                     let events = self.memory.storage().take_trace();
                     *self.control.trace.lock().unwrap_or_else(|e| e.into_inner()) = events;
+                    Ok(())
+                }
+                ControlRequest::History(with_trace) => {
+                    let allocator = self.memory.storage().allocator();
+                    let history = if with_trace {
+                        allocator.history()
+                    } else {
+                        History {
+                            snapshot: allocator.snapshot(),
+                            trace: None,
+                        }
+                    };
+                    *self
+                        .control
+                        .history
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(history);
                     Ok(())
                 }
             };

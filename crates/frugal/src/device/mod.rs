@@ -9,13 +9,13 @@
 
 use std::any::TypeId;
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 use burn_backend::{DeviceId, DeviceOps, TensorMetadata};
 
 use crate::autocast::PrecisionTable;
 use crate::engine::Budget;
-use crate::ledger::{Charge, Ledger};
+use crate::ledger::{Charge, Ledger, Role};
 use crate::op::OpId;
 use crate::runtime::available_host_memory;
 use crate::scope::{OpenScope, Scopes};
@@ -104,15 +104,36 @@ impl DeviceState {
         self.ledger.count_call(op);
     }
 
-    /// Records a new buffer for `tensor`, produced by `op`.
+    /// Records a new buffer for `tensor`, produced by `op`, with the current phase's role.
     #[inline]
     pub(crate) fn charge<P: TensorMetadata>(&'static self, tensor: &P, op: OpId) -> Storage {
-        let charge = self.ledger.charge(&tensor.shape(), tensor.dtype(), op);
+        Self::storage(
+            self,
+            self.ledger.charge(&tensor.shape(), tensor.dtype(), op),
+        )
+    }
+
+    /// Records a new buffer for `tensor`, produced by `op`, for `role`.
+    pub(crate) fn charge_as<P: TensorMetadata>(
+        &'static self,
+        tensor: &P,
+        op: OpId,
+        role: Role,
+    ) -> Storage {
+        let charge = self
+            .ledger
+            .charge_as(&tensor.shape(), tensor.dtype(), op, role);
+        Self::storage(self, charge)
+    }
+
+    #[inline]
+    fn storage(&'static self, charge: Charge) -> Storage {
         Storage {
             state: self,
             bytes: charge.bytes,
-            op,
+            op: charge.op,
             seq: charge.seq,
+            role: AtomicU8::new(charge.role as u8),
         }
     }
 
@@ -181,6 +202,21 @@ pub(crate) struct Storage {
     /// The op that produced it.
     pub(crate) op: OpId,
     seq: u64,
+    /// Its [`Role`], as an index: it changes when the buffer is tagged.
+    role: AtomicU8,
+}
+
+impl Storage {
+    /// What the buffer is for.
+    pub(crate) fn role(&self) -> Role {
+        Role::from_index(self.role.load(Relaxed))
+    }
+
+    /// Tags the buffer as `role`, moving its bytes there in the ledger.
+    pub(crate) fn set_role(&self, role: Role) {
+        let before = Role::from_index(self.role.swap(role as u8, Relaxed));
+        self.state.ledger.move_role(self.bytes, before, role);
+    }
 }
 
 impl Drop for Storage {
@@ -189,6 +225,7 @@ impl Drop for Storage {
             bytes: self.bytes,
             op: self.op,
             seq: self.seq,
+            role: Role::from_index(*self.role.get_mut()),
         });
     }
 }

@@ -1,10 +1,12 @@
 //! Layer 1, the ledger: live, peak and total bytes and buffers of one device, attributed to
-//! the op that produced them, calls per op, and an optional bounded timeline.
+//! the op that produced them and to their role, calls per op, and an optional bounded
+//! timeline.
 //!
 //! Owns: counting and the timeline, nothing else. Imports: `op`, `units`. The hot path
 //! ([`Ledger::charge`] / [`Ledger::release`]) touches a handful of relaxed atomics and takes no
 //! lock and makes no allocation unless the timeline is recording.
 
+mod role;
 mod stat;
 mod timeline;
 
@@ -15,7 +17,9 @@ use burn_backend::{DType, Shape};
 
 use crate::op::{OP_COUNT, OpId};
 use crate::units::tensor_bytes;
+use role::RoleCounts;
 
+pub use role::{Phase, Role, RoleBytes};
 pub(crate) use stat::Stat;
 pub(crate) use timeline::Timeline;
 pub use timeline::{Event, EventKind};
@@ -37,6 +41,8 @@ pub(crate) struct Charge {
     pub(crate) op: OpId,
     /// Its number on the device (the n-th buffer charged).
     pub(crate) seq: u64,
+    /// What it is for, as of now.
+    pub(crate) role: Role,
 }
 
 /// The counters of one device.
@@ -46,6 +52,7 @@ pub(crate) struct Ledger {
     bytes: Stat,
     buffers: Stat,
     by_op: Box<[PerOp]>,
+    roles: RoleCounts,
     timeline_on: AtomicBool,
     timeline: Mutex<Timeline>,
 }
@@ -57,6 +64,7 @@ impl Ledger {
             bytes: Stat::default(),
             buffers: Stat::default(),
             by_op: (0..OP_COUNT).map(|_| PerOp::default()).collect(),
+            roles: RoleCounts::new(),
             timeline_on: AtomicBool::new(false),
             timeline: Mutex::new(Timeline::new()),
         }
@@ -67,15 +75,24 @@ impl Ledger {
         self.by_op[op.index()].calls.fetch_add(1, Relaxed);
     }
 
-    /// Records a new buffer of `shape` and `dtype` produced by `op`.
+    /// Records a new buffer of `shape` and `dtype` produced by `op`, with the role of the
+    /// current phase.
     #[inline]
     pub(crate) fn charge(&self, shape: &Shape, dtype: DType, op: OpId) -> Charge {
+        self.charge_as(shape, dtype, op, self.roles.current())
+    }
+
+    /// Records a new buffer of `shape` and `dtype` produced by `op`, for `role` (a restored
+    /// buffer keeps the role it had).
+    #[inline]
+    pub(crate) fn charge_as(&self, shape: &Shape, dtype: DType, op: OpId, role: Role) -> Charge {
         let bytes = tensor_bytes(shape, dtype);
         let (seq, _) = self.buffers.add(1);
         let (_, live) = self.bytes.add(bytes);
         let per_op = &self.by_op[op.index()];
         per_op.live_bytes.fetch_add(bytes, Relaxed);
         per_op.live_buffers.fetch_add(1, Relaxed);
+        self.roles.add(role, bytes);
         if self.timeline_on.load(Relaxed) {
             self.push_event(Event {
                 seq: 0,
@@ -86,9 +103,39 @@ impl Ledger {
                 dtype: format!("{dtype:?}"),
                 alloc_seq: seq,
                 live_bytes: live,
+                role,
+                live_by_role: self.roles.live(),
             });
         }
-        Charge { bytes, op, seq }
+        Charge {
+            bytes,
+            op,
+            seq,
+            role,
+        }
+    }
+
+    /// Moves a live buffer of `bytes` from role `from` to role `to`.
+    pub(crate) fn move_role(&self, bytes: u64, from: Role, to: Role) {
+        if from != to {
+            self.roles.sub(from, bytes);
+            self.roles.add(to, bytes);
+        }
+    }
+
+    /// Sets the phase, which decides the role of the buffers made from now on.
+    pub(crate) fn set_phase(&self, phase: Phase) {
+        self.roles.set_phase(phase);
+    }
+
+    /// Live bytes per role now.
+    pub(crate) fn live_by_role(&self) -> RoleBytes {
+        self.roles.live()
+    }
+
+    /// Each role's highest live bytes since the last reset.
+    pub(crate) fn peak_by_role(&self) -> RoleBytes {
+        self.roles.peak()
     }
 
     /// Removes a buffer whose last tensor was dropped.
@@ -99,6 +146,7 @@ impl Ledger {
         let per_op = &self.by_op[charge.op.index()];
         per_op.live_bytes.fetch_sub(charge.bytes, Relaxed);
         per_op.live_buffers.fetch_sub(1, Relaxed);
+        self.roles.sub(charge.role, charge.bytes);
         if self.timeline_on.load(Relaxed) {
             self.push_event(Event {
                 seq: 0,
@@ -109,6 +157,8 @@ impl Ledger {
                 dtype: String::new(),
                 alloc_seq: charge.seq,
                 live_bytes: live,
+                role: charge.role,
+                live_by_role: self.roles.live(),
             });
         }
     }
@@ -125,6 +175,8 @@ impl Ledger {
                 dtype: String::new(),
                 alloc_seq: 0,
                 live_bytes: self.live_bytes(),
+                role: Role::Other,
+                live_by_role: self.roles.live(),
             });
         }
     }
@@ -162,6 +214,7 @@ impl Ledger {
     pub(crate) fn reset_peak(&self) {
         self.bytes.reset_peak();
         self.buffers.reset_peak();
+        self.roles.reset_peak();
     }
 
     /// Live bytes and buffer count of each op that holds any, largest first.

@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use super::role::{Role, RoleBytes};
+
 /// What happened in one timeline event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -37,6 +39,10 @@ pub struct Event {
     pub alloc_seq: u64,
     /// Live bytes on the device right after the event.
     pub live_bytes: u64,
+    /// The buffer's role (of an alloc or free; `Other` for a mark).
+    pub role: Role,
+    /// Live bytes per role right after the event.
+    pub live_by_role: RoleBytes,
 }
 
 /// The last events recorded on a device, oldest first.

@@ -1,7 +1,7 @@
 //! The cell state machine: resident, evicted, offloaded (or on its way), compressed, gone;
 //! the restore chain; and what happens when the program drops its last handle.
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn_backend::ops::TransactionPrimitive;
@@ -11,6 +11,7 @@ use super::kind::{HostBatchOf, ReadSlot};
 use super::{CellDyn, CellOf, Kind, Recipe, ViewOf};
 use crate::device::{DeviceState, Storage};
 use crate::engine::{Candidate, CellInfo, Evictable, HostBatch, Policy, Status};
+use crate::ledger::Role;
 use crate::units::LowPrecision;
 
 enum State<P> {
@@ -71,6 +72,9 @@ pub(crate) struct CellCore {
     /// For a dropped tensor that kept its recipe: how many dropped tensors lead from it to
     /// tensors the program holds.
     dead_chain: AtomicU32,
+    /// Its [`Role`] as an index, kept while it is not resident so a restore charges it to the
+    /// same role.
+    role: AtomicU8,
 }
 
 thread_local! {
@@ -80,6 +84,11 @@ thread_local! {
 }
 
 impl CellCore {
+    /// What the tensor is for.
+    pub(crate) fn role(&self) -> Role {
+        Role::from_index(self.role.load(Relaxed))
+    }
+
     fn touch(&self) {
         self.info.touch(self.state.budget.tick());
         if RESTORING.get() == 0 {
@@ -191,6 +200,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 dependents: AtomicU32::new(0),
                 pins: AtomicU32::new(0),
                 dead_chain: AtomicU32::new(0),
+                role: AtomicU8::new(storage.role() as u8),
             },
             device: K::device(&tensor),
             shape,
@@ -563,7 +573,11 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
             unreachable!("checked above")
         };
         let low = K::compress(tensor, low);
-        let compressed = Arc::new(self.core.state.charge(&low, self.core.info.op));
+        let compressed = Arc::new(self.core.state.charge_as(
+            &low,
+            self.core.info.op,
+            self.core.role(),
+        ));
         drop(storage);
         self.core.state.budget.count_compress(self.core.info.bytes);
         slot.state = State::Compressed(low, compressed);
@@ -605,6 +619,13 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         match &self.lock().state {
             State::Resident(_, storage) => Some(storage.clone()),
             _ => None,
+        }
+    }
+
+    fn set_role(&self, role: Role) {
+        self.core.role.store(role as u8, Relaxed);
+        if let State::Resident(_, storage) | State::Compressed(_, storage) = &self.lock().state {
+            storage.set_role(role);
         }
     }
 
@@ -658,7 +679,7 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                     Some(storage) => storage,
                     None => {
                         state.budget.count_recompute(self.core.info.bytes);
-                        Arc::new(state.charge(&tensor, self.core.info.op))
+                        Arc::new(state.charge_as(&tensor, self.core.info.op, self.core.role()))
                     }
                 };
                 slot.state = State::Resident(tensor, storage);
@@ -679,13 +700,15 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 } else {
                     tensor
                 };
-                let storage = Arc::new(state.charge(&tensor, self.core.info.op));
+                let storage =
+                    Arc::new(state.charge_as(&tensor, self.core.info.op, self.core.role()));
                 state.budget.count_upload(host_bytes, started.elapsed());
                 slot.state = State::Resident(tensor, storage);
             }
             State::Compressed(low, compressed) => {
                 let tensor = K::decompress(low, self.dtype);
-                let storage = Arc::new(state.charge(&tensor, self.core.info.op));
+                let storage =
+                    Arc::new(state.charge_as(&tensor, self.core.info.op, self.core.role()));
                 drop(compressed);
                 state.budget.count_decompress();
                 slot.state = State::Resident(tensor, storage);

@@ -29,6 +29,7 @@ use burn_backend::{DType, Shape, TensorData};
 
 use crate::device::Storage;
 use crate::engine::{Evictable, Status};
+use crate::ledger::Role;
 
 pub(crate) use cell::{Cell, CellCore};
 pub(crate) use kind::{BoolKind, FloatKind, IntKind, Kind, QuantKind};
@@ -58,6 +59,8 @@ pub(crate) trait CellDyn: Evictable {
     fn try_status(&self) -> Option<Status>;
     /// The storage record of a resident cell.
     fn resident_storage(&self) -> Option<Arc<Storage>>;
+    /// Tags the tensor as `role`, now and after restores.
+    fn set_role(&self, role: Role);
     /// Recipe inputs that must be restored before this cell can be: evicted or offloaded.
     fn missing_inputs(&self) -> Vec<Arc<dyn CellDyn>>;
     /// Brings this one cell back, assuming its inputs can be read without recomputation.

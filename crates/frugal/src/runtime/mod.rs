@@ -3,17 +3,22 @@
 //! a generic type, and the device pool's own figures.
 //!
 //! Owns: the runtime list ([`each_runtime!`]), [`pool_usage`], [`device_memory`] (the
-//! driver's free and total bytes, for an automatic budget), the host's available memory
-//! ([`available_host_memory`], which bounds offloads) and frugal-cuda's out-of-memory
+//! driver's free and total bytes, for an automatic budget), [`allocator_view`] (frugal-cuda's
+//! segments, blocks and allocator trace, for the memory_viz file), the host's available
+//! memory ([`available_host_memory`], which bounds offloads) and frugal-cuda's out-of-memory
 //! handler as the budget installs it (`oom_rescue.rs`). Imports nothing from the
 //! crate. Reading a pool is a blocking round trip to the device server, so it is done only
 //! when a report asks for it, never per op.
 
 use serde::Serialize;
 
+mod allocator_view;
 mod device_memory;
 mod host_memory;
 mod oom_rescue;
+pub use allocator_view::{
+    AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView, allocator_view,
+};
 pub use device_memory::{DeviceMemory, device_memory};
 pub use host_memory::available_host_memory;
 pub(crate) use oom_rescue::{OomRescue, drop_frees_at_once, set_oom_rescue};

@@ -2,7 +2,7 @@
 //! primitive plus a shared record of the storage it occupies, or a handle to a managed cell.
 //!
 //! Owns: [`FrugalTensor`] and the conversions the forwarding macro uses to unwrap arguments.
-//! Imports: `device`, `remat`, `scope`, `op`.
+//! Imports: `device`, `remat`, `scope`, `ledger` (roles), `op`.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata};
 
 use crate::device::{DeviceState, Storage};
 use crate::engine::Status;
+use crate::ledger::Role;
 use crate::op::OpId;
 use crate::remat::{Cell, Handle, Kind, Recipe, Source};
 
@@ -127,6 +128,22 @@ impl<P: Clone + 'static> FrugalTensor<P> {
         match &self.repr {
             Repr::Plain { .. } => true,
             Repr::Managed(handle) => handle.cell.status() == Status::Resident,
+        }
+    }
+
+    /// Tags the storage the tensor points into as `role` (see [`crate::memory::tag_parameters`]).
+    pub(crate) fn set_role(&self, role: Role) {
+        match &self.repr {
+            Repr::Plain { storage, .. } => storage.set_role(role),
+            Repr::Managed(handle) => handle.cell.set_role(role),
+        }
+    }
+
+    /// What the storage the tensor points into is for.
+    pub fn role(&self) -> Role {
+        match &self.repr {
+            Repr::Plain { storage, .. } => storage.role(),
+            Repr::Managed(handle) => handle.cell.core().role(),
         }
     }
 
