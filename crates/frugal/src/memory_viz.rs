@@ -376,7 +376,10 @@ mod tests {
         );
         assert_eq!(trace[0].addr, trace[2].addr);
         assert_ne!(trace[0].addr, trace[1].addr);
-        assert_eq!(trace[0].frames[0].name, "float_matmul (other, after forward)");
+        assert_eq!(
+            trace[0].frames[0].name,
+            "float_matmul (other, after forward)"
+        );
         assert_eq!(file.segments.len(), 1);
         let segment = &file.segments[0];
         assert_eq!(Some(segment.address), trace[1].addr);
