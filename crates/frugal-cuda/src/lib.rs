@@ -15,10 +15,12 @@
 //!   the driver implementation of [`allocator::DeviceMemory`], and the memory API
 //!   ([`memory_report`], [`set_memory_cap`], [`set_oom_handler`], [`allocator_history`] for
 //!   the segments, blocks and trace behind a PyTorch memory_viz file).
+//! - [`kernel_cache`]: compiled kernels on disk, so a second process skips NVRTC.
 
 #![warn(missing_docs)]
 
 pub mod allocator;
+pub mod kernel_cache;
 pub mod storage;
 
 #[cfg(feature = "cuda")]
