@@ -2,8 +2,9 @@
 //! running NVRTC again.
 //!
 //! An entry is keyed by the SHA-256 of everything that decides the compiler's output: the
-//! generated source, the compiler's options (architecture, include paths), the NVRTC and driver
-//! versions and this file's format version. Each entry is one file named by its key's hex:
+//! kernel id's stable hash (CubeCL's name for a kernel and every setting that changes its
+//! code), the compiler's options (architecture, include paths), the NVRTC and driver versions
+//! and this file's format version. Each entry is one file named by its key's hex:
 //! `FRUGALK1`, the key, the payload's length and SHA-256, then the payload. Writers write a
 //! file of their own and rename it into place, so concurrent processes never see a half-written
 //! entry (the last rename wins, and every entry is complete). A file that does not check out —

@@ -17,12 +17,13 @@ run() {
   env "$@" timeout 200 ./gpt --device frugal-cuda --out /tmp/$name $REF > /tmp/$name.txt 2>&1
   code=$?
   t1=$(date +%s.%N)
-  python3 - /tmp/$name "$name" "$code" "$(echo "$t1 - $t0" | bc)" <<'PY'
+  python3 - /tmp/$name "$name" "$code" "$t0" "$t1" <<'PY'
 import json, sys
-d, name, code, wall = sys.argv[1:]
+d, name, code, t0, t1 = sys.argv[1:]
+wall = float(t1) - float(t0)
 try:
     steps = json.load(open(d + "/steps.json"))
-    print("%-12s exit %s, process %.1f s, step ms: %s, loss %s" % (name, code, float(wall), [round(s["step_ms"], 1) for s in steps], [round(s["loss"], 4) for s in steps]))
+    print("%-12s exit %s, process %.1f s, step ms: %s, loss %s" % (name, code, wall, [round(s["step_ms"], 1) for s in steps], [round(s["loss"], 4) for s in steps]))
 except Exception as e:
     print(name, "exit", code, "failed:", repr(e))
 PY

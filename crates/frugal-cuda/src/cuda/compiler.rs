@@ -5,9 +5,9 @@
 //! compiled by NVRTC for `sm_XX` (`sm_XXa` from Hopper on, for its architecture-specific
 //! instructions) with the CUDA headers on the include path, loaded with `cuModuleLoadData`, and
 //! cached per kernel id (which includes the execution mode). The PTX is also kept on disk
-//! ([`crate::kernel_cache`]), keyed by the source, the options and the NVRTC and driver
-//! versions, so that another process loads it instead of compiling: code generation still runs,
-//! NVRTC does not.
+//! ([`crate::kernel_cache`]), keyed by the kernel id's stable hash, the options and the NVRTC
+//! and driver versions, so that another process loads it without generating code or running
+//! NVRTC.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_void};
@@ -102,32 +102,6 @@ impl KernelContext {
         validate_cube_dim(&self.properties, kernel_id)?;
         validate_units(&self.properties, kernel_id)?;
 
-        let mut compiled = kernel.compile(
-            &mut Default::default(),
-            &self.options,
-            mode,
-            kernel.address_type(),
-        )?;
-        let shared = compiled.repr.as_ref().map(|repr| repr.shared_memory_size());
-        let max = self.properties.hardware.max_shared_memory_size;
-        if let Some(requested) = shared
-            && requested > max
-        {
-            return Err(ResourceLimitError::SharedMemory {
-                requested,
-                max,
-                backtrace: BackTrace::capture(),
-            }
-            .into());
-        }
-        if logger.compilation_activated() {
-            compiled.debug_info = Some(DebugInformation::new("cpp", kernel_id.clone()));
-            if let Ok(formatted) = format_cpp(&compiled.source) {
-                compiled.source = formatted;
-            }
-        }
-        logger.log_compilation(&compiled);
-
         let arch = if self.arch.version >= 90 {
             format!("--gpu-architecture=sm_{}a", self.arch)
         } else {
@@ -142,33 +116,56 @@ impl KernelContext {
             options.push(&cccl_option);
         }
 
+        // Keyed before code generation, as CubeCL's own PTX cache is (the kernel id's stable
+        // hash names the kernel and every setting that changes its code): a hit skips both
+        // CubeCL's code generation and NVRTC.
         let versions = self.versions.get_or_insert_with(toolchain_versions);
         let key = KernelKey::of(&[
-            compiled.source.as_bytes(),
+            &kernel_id.stable_hash().to_le_bytes(),
             options.join(" ").as_bytes(),
+            format!("{:?}", self.options).as_bytes(),
             versions.as_bytes(),
         ]);
-        let shared_mem_bytes = shared.unwrap_or(0);
-        if let Some(ptx) = self.disk.as_ref().and_then(|disk| disk.get(&key))
-            && ptx.last() == Some(&0)
+        if let Some(entry) = self
+            .disk
+            .as_ref()
+            .and_then(|disk| disk.get(&key))
+            .and_then(|bytes| CachedKernel::decode(&bytes))
         {
-            let ptx = ptx.into_iter().map(|b| b as c_char).collect();
-            let loaded = self.load(
-                ptx,
+            self.check_shared(entry.shared_mem_bytes)?;
+            match self.load(
+                entry.ptx,
                 kernel_id.clone(),
-                compiled.entrypoint_name.clone(),
-                compiled.cube_dim,
-                shared_mem_bytes,
-            );
-            match loaded {
+                entry.entrypoint,
+                kernel_id.cube_dim,
+                entry.shared_mem_bytes,
+            ) {
                 Ok(()) => return Ok(()),
-                // An entry that does not load (another driver's PTX under a matching key
-                // cannot happen, but a damaged one that still hashes right can): compile.
+                // An entry that checks out but does not load (PTX this driver refuses): compile.
                 Err(e) => {
                     log::warn!("frugal-cuda: a cached kernel did not load ({e}); compiling it")
                 }
             }
         }
+
+        let mut compiled = kernel.compile(
+            &mut Default::default(),
+            &self.options,
+            mode,
+            kernel.address_type(),
+        )?;
+        let shared_mem_bytes = compiled
+            .repr
+            .as_ref()
+            .map_or(0, |repr| repr.shared_memory_size());
+        self.check_shared(shared_mem_bytes)?;
+        if logger.compilation_activated() {
+            compiled.debug_info = Some(DebugInformation::new("cpp", kernel_id.clone()));
+            if let Ok(formatted) = format_cpp(&compiled.source) {
+                compiled.source = formatted;
+            }
+        }
+        logger.log_compilation(&compiled);
 
         let source = CString::new(compiled.source.clone())
             .map_err(|e| generic(format!("kernel source holds a NUL byte: {e}")))?;
@@ -191,8 +188,12 @@ impl KernelContext {
         };
 
         if let Some(disk) = &self.disk {
-            let bytes: Vec<u8> = ptx.iter().map(|&c| c as u8).collect();
-            if let Err(e) = disk.put(&key, &bytes) {
+            let entry = CachedKernel {
+                entrypoint: compiled.entrypoint_name.clone(),
+                shared_mem_bytes,
+                ptx: ptx.clone(),
+            };
+            if let Err(e) = disk.put(&key, &entry.encode()) {
                 log::warn!(
                     "frugal-cuda: cannot write the kernel cache in {} ({e}); set {}=off to \
                      turn it off or name a writable folder",
@@ -209,6 +210,55 @@ impl KernelContext {
             shared_mem_bytes,
         )?;
         Ok(())
+    }
+
+    fn check_shared(&self, requested: usize) -> Result<(), LaunchError> {
+        let max = self.properties.hardware.max_shared_memory_size;
+        if requested > max {
+            return Err(ResourceLimitError::SharedMemory {
+                requested,
+                max,
+                backtrace: BackTrace::capture(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// What the disk cache keeps of a compiled kernel: all that loading and launching it needs.
+struct CachedKernel {
+    entrypoint: String,
+    shared_mem_bytes: usize,
+    /// NUL-terminated PTX.
+    ptx: Vec<c_char>,
+}
+
+impl CachedKernel {
+    /// Shared memory (u64), the entry point's length (u32) and bytes, then the PTX.
+    fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(12 + self.entrypoint.len() + self.ptx.len());
+        bytes.extend_from_slice(&(self.shared_mem_bytes as u64).to_le_bytes());
+        bytes.extend_from_slice(&(self.entrypoint.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(self.entrypoint.as_bytes());
+        bytes.extend(self.ptx.iter().map(|&c| c as u8));
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let shared_mem_bytes = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
+        let len = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?) as usize;
+        let entrypoint = String::from_utf8(bytes.get(12..12 + len)?.to_vec()).ok()?;
+        let ptx: Vec<c_char> = bytes
+            .get(12 + len..)?
+            .iter()
+            .map(|&b| b as c_char)
+            .collect();
+        (ptx.last() == Some(&0)).then_some(Self {
+            entrypoint,
+            shared_mem_bytes,
+            ptx,
+        })
     }
 }
 
