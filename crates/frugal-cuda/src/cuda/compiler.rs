@@ -194,12 +194,15 @@ impl KernelContext {
                 ptx: ptx.clone(),
             };
             if let Err(e) = disk.put(&key, &entry.encode()) {
+                // Once: the cache is off for the rest of the process, so a read-only folder
+                // costs one line, not one per kernel.
                 log::warn!(
-                    "frugal-cuda: cannot write the kernel cache in {} ({e}); set {}=off to \
-                     turn it off or name a writable folder",
+                    "frugal-cuda: cannot write the kernel cache in {} ({e}); kernels are \
+                     compiled in every process. Set {} to a writable folder, or to `off`",
                     disk.dir().display(),
                     crate::kernel_cache::KERNEL_CACHE_ENV
                 );
+                self.disk = None;
             }
         }
         self.load(
