@@ -197,6 +197,17 @@ impl fmt::Display for MemoryReport {
                 format!("{} re-plans", remat.replans),
                 format!("{} planned", remat.planned_rounds),
             )?;
+            let segments = match remat.plan_segments {
+                0 => "none".to_string(),
+                n => format!("{n}"),
+            };
+            writeln!(
+                f,
+                "| {:<26}|{segments:>15} |{:>15} |{:>13} |",
+                "  forward segments",
+                format_bytes(remat.plan_segment_bytes),
+                format!("{} over budget", remat.budget_rounds),
+            )?;
             writeln!(
                 f,
                 "| {:<26}|{:>15} |{:>15} |{:>13} |",

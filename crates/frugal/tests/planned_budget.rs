@@ -154,6 +154,25 @@ fn a_learned_step_replays_with_the_same_bits_and_choices_as_no_budget() {
 }
 
 #[test]
+fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
+    let _serial = lock();
+    let rows = [64; 10];
+    let (base, peak, free) = unconstrained(&rows);
+    let budget = base + peak / 3;
+    let planned = train(&rows, |_| Some(budget));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    assert!(planned.most_live <= budget);
+    let last = planned.per_step.last().unwrap();
+    assert!(last.plan_segments >= 2, "no segments: {last:?}");
+    assert!(last.plan_segment_bytes > 0, "{last:?}");
+    let total: u64 = planned.per_step.iter().map(|s| s.segment_plans).sum();
+    assert!(total >= 1, "{:#?}", planned.per_step);
+    // Segments evict at their ends: the steps under them recompute.
+    assert!(last.recomputes > 0, "{last:?}");
+}
+
+#[test]
 fn new_shapes_break_the_learned_step_and_the_budget_holds_meanwhile() {
     let _serial = lock();
     let rows: Vec<usize> = [64; 8].into_iter().chain([48; 10]).collect();

@@ -18,7 +18,7 @@ use crate::ledger::Ledger;
 use crate::op::OpId;
 use crate::units::{LowPrecision, format_bytes};
 
-pub(crate) use plan::StepPlan;
+pub(crate) use plan::{SegmentEvent, StepPlan};
 pub(crate) use policy::Candidate;
 pub use policy::{Action, EvictionMode, Policy};
 pub use stats::RematStats;
@@ -35,6 +35,16 @@ pub(crate) enum Status {
     /// On the device in a lower-precision storage type, cast back when read.
     Compressed,
     Gone,
+}
+
+/// What the budget's step plan says of a tensor being made (see [`Budget::on_create`]).
+pub(crate) struct Created {
+    /// Its position among the managed tensors the program created.
+    pub(crate) ordinal: u64,
+    /// What its creation means for the forward pass's segments.
+    pub(crate) segment: Option<SegmentEvent>,
+    /// The same tensor one step earlier outlived its step: a parameter or optimizer state.
+    pub(crate) outlives_step: bool,
 }
 
 /// What the engine reads of a cell without locking it.
@@ -280,18 +290,43 @@ impl Budget {
         self.clock.fetch_add(1, Relaxed)
     }
 
-    /// Notes a new managed tensor whose op, shape and type hash to `token`; returns its
-    /// ordinal for [`CellInfo::ordinal`].
-    pub(crate) fn on_create(&self, token: u64) -> u64 {
+    /// Notes a new managed tensor of `bytes` whose op, shape and type hash to `token`, made
+    /// when `live` bytes were live; returns its ordinal for [`CellInfo::ordinal`] and what it
+    /// means for the forward pass's segments (see [`StepPlan::segment_event`]).
+    /// `segments`: whether the forward pass may be cut into segments (not when the program
+    /// uses checkpoint scopes of its own).
+    pub(crate) fn on_create(&self, token: u64, bytes: u64, live: u64, segments: bool) -> Created {
         let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
         let before = plan.figures();
-        let ordinal = plan.on_create(token);
+        let ordinal = plan.on_create(token, bytes, live);
+        let segment = plan.segment_event(ordinal, self.limit().filter(|_| segments));
+        let outlives_step = plan.outlives_step(ordinal);
         let after = plan.figures();
         if after != before {
             self.counters.set(Counter::plan_period, after.period);
             self.counters.set(Counter::replans, after.replans);
+            self.counters.set(Counter::plan_segments, after.segments);
+            self.counters
+                .set(Counter::plan_segment_bytes, after.segment_bytes);
+            if after.segments > 0
+                && (after.segments, after.segment_bytes) != (before.segments, before.segment_bytes)
+            {
+                self.counters.add(Counter::segment_plans, 1);
+            }
         }
-        ordinal
+        Created {
+            ordinal,
+            segment,
+            outlives_step,
+        }
+    }
+
+    /// Notes that the program dropped the tensor with `ordinal`.
+    pub(crate) fn on_drop(&self, ordinal: u64) {
+        self.plan
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_drop(ordinal);
     }
 
     /// Notes a program read (not a restore's) of the tensor with `ordinal`.
@@ -583,6 +618,11 @@ impl Budget {
     }
 
     fn evict_down(&self, ledger: &Ledger, limit: u64) {
+        self.counters.add(Counter::budget_rounds, 1);
+        self.plan
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note_pressure();
         let before =
             log::log_enabled!(log::Level::Debug).then(|| (ledger.live_bytes(), self.stats()));
         self.evict_down_to(ledger, limit);

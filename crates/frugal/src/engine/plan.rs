@@ -16,8 +16,17 @@
 //!
 //! Reads made while a restore replays recipes are not recorded (they depend on what was
 //! evicted, which would make the sequence differ from step to step).
+//!
+//! Under a budget the plan also cuts the step's forward pass into segments, as Chen et al.'s
+//! checkpointing does by hand (see [`Segments`]): from one recorded step it finds where the
+//! forward pass begins and ends (the lowest and highest of the bytes the step's own tensors
+//! hold between their creation and last read), and, if that peak would not fit the budget,
+//! closes a segment each time the tensors kept for the backward pass reach a share of the
+//! room left. The ends of segments fall on the same tensors every step, so the same tensors
+//! are dropped and recomputed in the same order each time.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Length of the token run whose repetition proposes a period.
 const GRAM: u64 = 16;
@@ -32,6 +41,16 @@ const WINDOW: u64 = 1 << 17;
 pub(crate) const NEVER: u64 = 1 << 40;
 /// Reads one cell may record (a tensor read more often than this is read all the time).
 const MAX_READS: usize = 64;
+/// The share of the room under the budget (budget minus what is live when the forward pass
+/// begins) that one segment's tensors kept for the backward pass may take: one segment is
+/// recomputed at a time in the backward pass, beside the segments' boundaries, the gradients
+/// and the backward pass's temporaries.
+const SEGMENT_SHARE: f64 = 2.0 / 3.0;
+/// How much smaller segments become when a step under the plan still needed the budget to
+/// evict.
+const SEGMENT_SHRINK: f64 = 0.6;
+/// The smallest segment share tried: below it the boundaries alone crowd the budget.
+const MIN_SEGMENT_SHARE: f64 = SEGMENT_SHARE / 16.0;
 
 /// A candidate period and how long its match has run.
 #[derive(Clone, Copy, Debug)]
@@ -48,10 +67,56 @@ pub(crate) struct PlanFigures {
     pub(crate) period: u64,
     /// Times a confirmed step was replaced or broken.
     pub(crate) replans: u64,
+    /// Segments the forward pass is cut into (0: none, the step fits or is not known).
+    pub(crate) segments: u64,
+    /// Bytes kept for the backward pass per segment the cuts aim at.
+    pub(crate) segment_bytes: u64,
+}
+
+/// What the creation of a tensor means for the forward pass's segments: the cell layer opens
+/// and closes checkpoint scopes on these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SegmentEvent {
+    /// The forward pass begins: the new tensor opens the first segment.
+    Open,
+    /// The new tensor, at `position` in the forward pass, begins a segment and the one before
+    /// it closes. Of the forward pass's tensors so far (ordinals from `first`), those whose
+    /// last read by the forward pass (`last_read`, by position) is behind are read again only
+    /// by the backward pass and are evicted, to be recomputed then (again, if a read of a
+    /// view restored them since an earlier cut).
+    Cut {
+        first: u64,
+        position: u64,
+        last_read: Arc<[u64]>,
+    },
+    /// The forward pass ends (or the plan was dropped while a segment was open): the last
+    /// segment closes without evicting, as the backward pass reads it first.
+    Close,
+}
+
+/// The forward pass's segments, learned from one recorded step; positions are counted in
+/// creations from the forward pass's first tensor, whose ordinal is `anchor` modulo `period`.
+#[derive(Clone, Debug)]
+struct Segments {
+    period: u64,
+    anchor: u64,
+    /// Positions at which a segment begins, ascending; the first is 0.
+    cuts: Vec<u64>,
+    /// Position of the forward pass's end (the step's logical peak).
+    end: u64,
+    /// For each position before `end`: where the forward pass last reads the tensor there
+    /// (0: never; `u64::MAX`: a checkpoint, read across a cut); cuts before that keep it.
+    last_read: Arc<[u64]>,
+    segment_bytes: u64,
+}
+
+impl Segments {
+    fn position(&self, ordinal: u64) -> u64 {
+        (ordinal % self.period + self.period - self.anchor % self.period) % self.period
+    }
 }
 
 /// The learned step and the reads recorded under it (see the module doc).
-#[derive(Default)]
 pub(crate) struct StepPlan {
     /// Ordinal of `tokens[0]`.
     base: u64,
@@ -66,6 +131,54 @@ pub(crate) struct StepPlan {
     replans: u64,
     /// Program reads of each cell, by ordinal: the creation position of each read.
     reads: HashMap<u64, Vec<u64>>,
+    /// Bytes of each tensor in `tokens`.
+    bytes: Vec<u64>,
+    /// Live bytes on the device when each tensor in `tokens` was made.
+    live: Vec<u64>,
+    /// Whether the program has dropped each tensor in `tokens`.
+    dropped: Vec<bool>,
+    /// The forward pass's segments, if the budget needs them.
+    segments: Option<Segments>,
+    /// A segment is open (an `Open` or `Cut` was handed out and no `Close` since).
+    segment_open: bool,
+    /// The current step's forward pass ran under the segments.
+    segmented_step: bool,
+    /// The share of the room one segment may take; lowered under pressure.
+    segment_share: f64,
+    /// The budget's eviction rounds in the last step under larger segments.
+    last_pressure: Option<u64>,
+    /// The segments stopped adapting (see [`Self::adapt_segments`]).
+    settled: bool,
+    /// Eviction rounds the budget needed since the forward pass last began.
+    pressure: u64,
+    /// The step length and budget the segments were decided for.
+    segments_for: Option<(Option<u64>, Option<u64>)>,
+}
+
+impl Default for StepPlan {
+    fn default() -> Self {
+        Self {
+            base: 0,
+            tokens: Vec::new(),
+            grams: HashMap::new(),
+            gram: 0,
+            candidates: Vec::new(),
+            period: None,
+            replans: 0,
+            reads: HashMap::new(),
+            bytes: Vec::new(),
+            live: Vec::new(),
+            dropped: Vec::new(),
+            segments: None,
+            segment_open: false,
+            segmented_step: false,
+            segment_share: SEGMENT_SHARE,
+            last_pressure: None,
+            settled: false,
+            pressure: 0,
+            segments_for: None,
+        }
+    }
 }
 
 impl StepPlan {
@@ -74,14 +187,306 @@ impl StepPlan {
         self.base + self.tokens.len() as u64
     }
 
-    /// Records a new managed tensor with `token`; returns its ordinal.
-    pub(crate) fn on_create(&mut self, token: u64) -> u64 {
+    /// Records a new managed tensor with `token` of `bytes`, made when `live` bytes were
+    /// live on the device; returns its ordinal.
+    pub(crate) fn on_create(&mut self, token: u64, bytes: u64, live: u64) -> u64 {
         let ordinal = self.next_ordinal();
         self.tokens.push(token);
+        self.bytes.push(bytes);
+        self.live.push(live);
+        self.dropped.push(false);
         self.update_gram(ordinal);
         self.update_candidates(ordinal, token);
         self.trim(ordinal);
         ordinal
+    }
+
+    /// Records that the program dropped the tensor with `ordinal`.
+    pub(crate) fn on_drop(&mut self, ordinal: u64) {
+        if let Some(dropped) = ordinal
+            .checked_sub(self.base)
+            .and_then(|i| self.dropped.get_mut(i as usize))
+        {
+            *dropped = true;
+        }
+    }
+
+    /// Notes that the budget had to evict: the segments, if any, were not enough.
+    pub(crate) fn note_pressure(&mut self) {
+        self.pressure += 1;
+    }
+
+    /// What the creation of the tensor with `ordinal` (just recorded by [`Self::on_create`])
+    /// means for the segments under a budget of `limit` (`None`: no budget, no segments).
+    /// Segments are cut the first time the step is known, and again when the step or the
+    /// budget changes, or when a step under the plan still needed the budget to evict.
+    pub(crate) fn segment_event(
+        &mut self,
+        ordinal: u64,
+        limit: Option<u64>,
+    ) -> Option<SegmentEvent> {
+        let decided_for = (self.period, limit);
+        if self.segments_for != Some(decided_for) {
+            self.segments_for = Some(decided_for);
+            self.segment_share = SEGMENT_SHARE;
+            self.settled = false;
+            self.last_pressure = None;
+            self.segments = limit.and_then(|limit| self.cut_segments(limit));
+        }
+        let Some(segments) = self.segments.as_ref() else {
+            self.segmented_step = false;
+            return self.close_open_segment();
+        };
+        let position = segments.position(ordinal);
+        if position == 0 {
+            if self.segmented_step && !self.settled {
+                self.adapt_segments(limit);
+            }
+            self.pressure = 0;
+            self.segmented_step = self.segments.is_some();
+            let was_open = std::mem::replace(&mut self.segment_open, self.segments.is_some());
+            return match (was_open, self.segments.is_some()) {
+                (_, true) => Some(SegmentEvent::Open),
+                (true, false) => Some(SegmentEvent::Close),
+                (false, false) => None,
+            };
+        }
+        if !self.segment_open {
+            return None;
+        }
+        if position == segments.end {
+            self.segment_open = false;
+            return Some(SegmentEvent::Close);
+        }
+        segments.cuts.binary_search(&position).ok()?;
+        Some(SegmentEvent::Cut {
+            first: ordinal - position,
+            position,
+            last_read: segments.last_read.clone(),
+        })
+    }
+
+    /// After a step under the segments: if the budget still had to evict, smaller segments,
+    /// as long as they help; then the segments stay as they are, so that every step replays
+    /// the same evictions.
+    fn adapt_segments(&mut self, limit: Option<u64>) {
+        let pressure = self.pressure;
+        let shrink = match self.last_pressure {
+            _ if pressure == 0 => false,
+            _ if self.segment_share <= MIN_SEGMENT_SHARE => false,
+            Some(before) if pressure >= before => {
+                // Smaller segments did not help: back to the last size, and stay there.
+                self.segment_share /= SEGMENT_SHRINK;
+                self.segments = limit.and_then(|limit| self.cut_segments(limit));
+                false
+            }
+            _ => true,
+        };
+        if !shrink {
+            self.settled = true;
+            return;
+        }
+        self.last_pressure = Some(pressure);
+        self.segment_share = (self.segment_share * SEGMENT_SHRINK).max(MIN_SEGMENT_SHARE);
+        log::debug!(
+            "frugal: step plan: the budget still evicted {pressure} times in a step; segments \
+             of {:.3} of the room",
+            self.segment_share
+        );
+        self.segments = limit.and_then(|limit| self.cut_segments(limit));
+    }
+
+    fn close_open_segment(&mut self) -> Option<SegmentEvent> {
+        std::mem::take(&mut self.segment_open).then_some(SegmentEvent::Close)
+    }
+
+    /// Cuts the forward pass of the last fully recorded step into segments for a budget of
+    /// `limit`; `None` if no step is known or its peak fits the budget.
+    fn cut_segments(&mut self, limit: u64) -> Option<Segments> {
+        let period = self.period?;
+        let now = self.next_ordinal();
+        // The older of the last two periods has every read of the next one recorded.
+        let first = now
+            .checked_sub(2 * period)
+            .filter(|&first| first >= self.base)?;
+        let p = period as usize;
+        let index = |ordinal: u64| (ordinal - self.base) as usize;
+        // A whole training step reads only what it made or what the step before made
+        // (parameters and optimizer state); a repeating layer also reads what was made many
+        // periods before it (its weights, or the activations its backward pass reads). And a
+        // whole step's tensors are all dropped within a step and a half; a forward layer's
+        // activations wait for the backward pass.
+        let (mut recent, mut old) = (0u64, 0u64);
+        for (&ordinal, reads) in &self.reads {
+            let bytes = self.bytes[index(ordinal)];
+            for &at in reads
+                .iter()
+                .filter(|&&at| at >= first && at < first + period)
+            {
+                match at - ordinal > period + period / 2 {
+                    true => old += bytes,
+                    false => recent += bytes,
+                }
+            }
+        }
+        let older = index(first)..index(first) + p / 2;
+        let made: u64 = self.bytes[older.clone()].iter().sum();
+        let held: u64 = older
+            .filter(|&i| !self.dropped[i])
+            .map(|i| self.bytes[i])
+            .sum();
+        if old * 50 > old + recent || held * 20 > made {
+            log::debug!(
+                "frugal: step plan: a period of {p} tensors is not a whole step (of the bytes \
+                 it reads, {old} were made more than 1.5 periods earlier, {recent} later; {held} \
+                 of the {made} bytes made in its first half are held a period later): no \
+                 segments"
+            );
+            return None;
+        }
+        let last_read = |ordinal: u64| self.reads.get(&ordinal).and_then(|r| r.last()).copied();
+        // Bytes the step's own tensors hold at each position of the period, up to a constant:
+        // each is held from its creation to its last read, around the period's end if need be.
+        let mut change = vec![0i64; p + 1];
+        for i in 0..p {
+            let ordinal = first + i as u64;
+            let Some(last) = last_read(ordinal) else {
+                continue;
+            };
+            let length = (last - ordinal) as usize;
+            if length >= p {
+                continue; // outlives the step
+            }
+            let bytes = self.bytes[index(ordinal)] as i64;
+            change[i] += bytes;
+            let end = i + length;
+            if end <= p {
+                change[end] -= bytes;
+            } else {
+                change[0] += bytes;
+                change[end - p] -= bytes;
+            }
+        }
+        let mut held = Vec::with_capacity(p);
+        let mut sum = 0i64;
+        for c in &change[..p] {
+            sum += c;
+            held.push(sum);
+        }
+        let peak_at = (0..p).max_by_key(|&i| (held[i], std::cmp::Reverse(i)))?;
+        // The forward pass begins right after the last lowest point before the peak (the
+        // optimizer's tail, where the step's own tensors are all dropped).
+        let lowest = (1..=p)
+            .map(|k| (peak_at + p - k) % p)
+            .min_by_key(|&i| held[i])?;
+        let start_at = (lowest + 1) % p;
+        let anchor = first + start_at as u64;
+        let base_live = self.live[index(anchor)];
+        let peak = base_live.saturating_add((held[peak_at] - held[start_at]).max(0) as u64);
+        if peak <= limit {
+            log::debug!(
+                "frugal: step plan: the step's estimated peak {peak} B fits the budget; no segments"
+            );
+            return None;
+        }
+        // The tensor made at the peak is the forward pass's last.
+        let end = ((peak_at + p - start_at) % p) as u64 + 1;
+        let room = limit.saturating_sub(base_live);
+        let segment_bytes = (room as f64 * self.segment_share) as u64;
+        if end < 2 || segment_bytes == 0 {
+            return None;
+        }
+        // Reads of the tensor at each position, as positions.
+        let reads_at = |position: u64| {
+            let ordinal = first + (start_at as u64 + position) % period;
+            let shift = position as i64 - ordinal as i64;
+            self.reads
+                .get(&ordinal)
+                .map(|reads| reads.iter().map(move |&r| (r as i64 + shift) as u64))
+                .into_iter()
+                .flatten()
+        };
+        // Bytes a cut before each position must keep: made before it, read by the forward
+        // pass at or after it. Between a model's blocks that is little more than the residual
+        // stream; inside attention it is several tensors.
+        let mut crossing_change = vec![0i64; end as usize + 1];
+        let mut saved = vec![0u64; end as usize];
+        for position in 0..end {
+            let bytes = self.bytes[index(first + (start_at as u64 + position) % period)];
+            if reads_at(position).any(|r| r >= end) {
+                saved[position as usize] = bytes;
+            }
+            // A read stamped `r` happened before the tensor at `r` was made, so a cut there
+            // (made when that tensor is) comes after it.
+            if let Some(last) = reads_at(position).filter(|&r| r < end).max()
+                && last > position + 1
+            {
+                crossing_change[position as usize + 1] += bytes as i64;
+                crossing_change[last as usize] -= bytes as i64;
+            }
+        }
+        let mut crossing = Vec::with_capacity(end as usize);
+        let mut sum = 0i64;
+        for change in &crossing_change[..end as usize] {
+            sum += change;
+            crossing.push(sum);
+        }
+        // Each segment keeps between half and all of `segment_bytes` for the backward pass,
+        // and ends where the fewest bytes cross.
+        let mut cuts = vec![0u64];
+        let mut from = 0u64;
+        loop {
+            let mut held = 0u64;
+            let mut best: Option<u64> = None;
+            let mut position = from;
+            while position < end {
+                held += saved[position as usize];
+                position += 1;
+                if held * 2 < segment_bytes || position >= end {
+                    continue;
+                }
+                if best.is_none_or(|b| crossing[position as usize] <= crossing[b as usize]) {
+                    best = Some(position);
+                }
+                if held >= segment_bytes {
+                    break;
+                }
+            }
+            match best {
+                Some(cut) if cut < end => {
+                    cuts.push(cut);
+                    from = cut;
+                }
+                _ => break,
+            }
+        }
+        // A tensor read across a cut is a checkpoint: kept until the backward pass, so that
+        // recomputing a segment starts from its checkpoints. Any other tensor goes at the
+        // first cut after its last read by the forward pass.
+        let last_read: Vec<u64> = (0..end)
+            .map(|position| {
+                let last = reads_at(position).filter(|&r| r < end).max().unwrap_or(0);
+                let next_cut = cuts.iter().find(|&&cut| cut > position);
+                match next_cut {
+                    Some(&cut) if last > cut => u64::MAX,
+                    _ => last,
+                }
+            })
+            .collect();
+        log::debug!(
+            "frugal: step plan: forward pass of {end} tensors, estimated peak {peak} B over a \
+             budget of {limit} B: {} segments of about {segment_bytes} B kept for the backward \
+             pass",
+            cuts.len()
+        );
+        Some(Segments {
+            period,
+            anchor,
+            cuts,
+            end,
+            last_read: last_read.into(),
+            segment_bytes,
+        })
     }
 
     /// Records a program read of the tensor with `ordinal`, now.
@@ -137,6 +542,8 @@ impl StepPlan {
         PlanFigures {
             period: self.period.unwrap_or(0),
             replans: self.replans,
+            segments: self.segments.as_ref().map_or(0, |s| s.cuts.len() as u64),
+            segment_bytes: self.segments.as_ref().map_or(0, |s| s.segment_bytes),
         }
     }
 
@@ -220,6 +627,9 @@ impl StepPlan {
         }
         let drop = (start - self.base) as usize;
         self.tokens.drain(..drop);
+        self.bytes.drain(..drop);
+        self.live.drain(..drop);
+        self.dropped.drain(..drop);
         self.base = start;
         self.grams.retain(|_, at| *at >= start);
         self.reads.retain(|cell, _| *cell >= start);
@@ -235,7 +645,7 @@ mod tests {
         let mut ordinals = Vec::new();
         for _ in 0..steps {
             for &token in step {
-                let ordinal = plan.on_create(token);
+                let ordinal = plan.on_create(token, 4, 0);
                 ordinals.push(ordinal);
                 if let Some(read) = ordinal.checked_sub(gap) {
                     plan.on_read(read);
@@ -274,7 +684,7 @@ mod tests {
                 {
                     plan.on_read(p);
                 }
-                let ordinal = plan.on_create(token);
+                let ordinal = plan.on_create(token, 4, 0);
                 if i == 10
                     && let Some(p) = param
                 {
@@ -327,5 +737,166 @@ mod tests {
         let bound = (WINDOW + WINDOW / 4 + 1) as usize;
         assert!(plan.tokens.len() <= bound, "{}", plan.tokens.len());
         assert!(plan.reads.len() <= bound, "{}", plan.reads.len());
+    }
+
+    /// A toy training step: `layers` layers of `width` tensors of 100 bytes each in the
+    /// forward pass (each read by the next, and once more by the backward pass), the backward
+    /// pass in reverse, then one new 10-byte parameter per layer replacing the old one. Every
+    /// tensor is dropped after its last read. Returns the segment events of each step, by
+    /// position in the step.
+    fn training_steps(
+        plan: &mut StepPlan,
+        steps: usize,
+        layers: usize,
+        width: usize,
+        limit: Option<u64>,
+    ) -> Vec<Vec<(usize, SegmentEvent)>> {
+        let mut live = 0u64;
+        let mut params: Vec<Option<u64>> = vec![None; layers];
+        let mut all = Vec::new();
+        for _ in 0..steps {
+            let mut events = Vec::new();
+            let mut position = 0usize;
+            let mut create = |plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64| {
+                *live += bytes;
+                let ordinal = plan.on_create(token, bytes, *live);
+                if let Some(event) = plan.segment_event(ordinal, limit) {
+                    events.push((position, event));
+                }
+                position += 1;
+                ordinal
+            };
+            let mut saved = vec![Vec::new(); layers];
+            let mut previous: Option<u64> = None;
+            for (layer, kept) in saved.iter_mut().enumerate() {
+                for j in 0..width {
+                    if let Some(p) = previous {
+                        plan.on_read(p);
+                    }
+                    if j == 0
+                        && let Some(p) = params[layer]
+                    {
+                        plan.on_read(p);
+                    }
+                    let t = create(plan, (layer * width + j) as u64 + 1, 100, &mut live);
+                    kept.push(t);
+                    previous = Some(t);
+                }
+            }
+            let mut grad: Option<u64> = None;
+            for layer in (0..layers).rev() {
+                for (j, &t) in saved[layer].iter().enumerate().rev() {
+                    plan.on_read(t);
+                    if let Some(g) = grad {
+                        plan.on_read(g);
+                        plan.on_drop(g);
+                        live -= 100;
+                    }
+                    plan.on_drop(t);
+                    live -= 100;
+                    let token = (10_000 + layer * width + j) as u64;
+                    grad = Some(create(plan, token, 100, &mut live));
+                }
+            }
+            for param in params.iter_mut() {
+                if let Some(p) = *param {
+                    plan.on_read(p);
+                    plan.on_drop(p);
+                    live -= 10;
+                }
+                *param = Some(create(plan, 20_000, 10, &mut live));
+            }
+            if let Some(g) = grad {
+                plan.on_drop(g);
+                live -= 100;
+            }
+            all.push(events);
+        }
+        all
+    }
+
+    #[test]
+    fn a_forward_pass_over_the_budget_is_cut_into_the_same_segments_every_step() {
+        let (layers, width) = (8, 10);
+        let mut plan = StepPlan::default();
+        let steps = training_steps(&mut plan, 6, layers, width, Some(4_000));
+        assert_eq!(plan.figures().period, (2 * layers * width + layers) as u64);
+        let figures = plan.figures();
+        assert!(figures.segments >= 2, "{figures:?}");
+        let last = &steps[5];
+        assert_eq!(last.first(), Some(&(0, SegmentEvent::Open)), "{last:?}");
+        assert_eq!(
+            last.last(),
+            Some(&(layers * width, SegmentEvent::Close)),
+            "the forward pass ends at the step's peak: {last:?}"
+        );
+        let cuts: Vec<usize> = last
+            .iter()
+            .filter(|(_, e)| matches!(e, SegmentEvent::Cut { .. }))
+            .map(|(at, _)| *at)
+            .collect();
+        assert_eq!(cuts.len() as u64, figures.segments - 1);
+        // The same cuts in the step before.
+        let before: Vec<usize> = steps[4]
+            .iter()
+            .filter(|(_, e)| matches!(e, SegmentEvent::Cut { .. }))
+            .map(|(at, _)| *at)
+            .collect();
+        assert_eq!(cuts, before);
+        // Each segment keeps at most the bytes the cuts aim at, and at least half of them.
+        let mut bounds = vec![0];
+        bounds.extend(&cuts);
+        for pair in bounds.windows(2) {
+            let bytes = (pair[1] - pair[0]) as u64 * 100;
+            assert!(bytes <= figures.segment_bytes, "{bytes} {figures:?}");
+            assert!(2 * bytes >= figures.segment_bytes, "{bytes} {figures:?}");
+        }
+        // A cut evicts what the forward pass read before it, but keeps its checkpoints and
+        // what the next op reads.
+        let Some((
+            at,
+            SegmentEvent::Cut {
+                position,
+                last_read,
+                ..
+            },
+        )) = last
+            .iter()
+            .find(|(_, e)| matches!(e, SegmentEvent::Cut { .. }))
+        else {
+            unreachable!()
+        };
+        assert_eq!(*position as usize, *at);
+        // In this chain each tensor is read only by the next op: the one before the cut was
+        // read by the op that made the cut's tensor, so the cut evicts it, and no tensor is
+        // read across a cut (a checkpoint).
+        assert_eq!(last_read[at - 1], *position);
+        assert!(!last_read.contains(&u64::MAX));
+    }
+
+    #[test]
+    fn a_step_that_fits_or_no_budget_gets_no_segments() {
+        let mut plan = StepPlan::default();
+        let steps = training_steps(&mut plan, 5, 8, 10, Some(1 << 30));
+        assert!(steps.iter().all(|events| events.is_empty()));
+        assert_eq!(plan.figures().segments, 0);
+        let mut plan = StepPlan::default();
+        let steps = training_steps(&mut plan, 5, 8, 10, None);
+        assert!(steps.iter().all(|events| events.is_empty()));
+    }
+
+    #[test]
+    fn segments_follow_a_changed_step() {
+        let mut plan = StepPlan::default();
+        training_steps(&mut plan, 5, 8, 10, Some(4_000));
+        let before = plan.figures();
+        assert!(before.segments > 0);
+        // Wider layers: the step changes, the segments go, and come back cut for it.
+        let steps = training_steps(&mut plan, 6, 8, 14, Some(5_000));
+        let after = plan.figures();
+        assert_eq!(after.period, 2 * 8 * 14 + 8);
+        assert!(after.segments > 0, "{after:?}");
+        assert_eq!(steps[5].first(), Some(&(0, SegmentEvent::Open)));
+        assert_eq!(steps[5].last(), Some(&(8 * 14, SegmentEvent::Close)));
     }
 }

@@ -90,6 +90,18 @@ remat_stats! {
     level replans,
     /// Eviction rounds that scored every tensor by its predicted next read.
     event planned_rounds,
+    /// Times live bytes went over the budget and it had to evict (the segments, when there
+    /// are any, were not enough).
+    event budget_rounds,
+    /// Segments the learned step's forward pass is cut into (0: none: no step learned yet, or
+    /// its peak fits the budget); the end of each evicts its tensors that only the backward
+    /// pass reads, as a checkpoint scope would.
+    level plan_segments,
+    /// Bytes kept for the backward pass per segment the cuts aim at.
+    level plan_segment_bytes,
+    /// Times the forward pass was cut into segments (again when the step or budget changed,
+    /// or when a step under the plan still needed the budget to evict).
+    event segment_plans,
     /// Times the device's allocator, out of memory, asked the budget to free memory from
     /// inside the allocation (frugal-cuda's out-of-memory handler).
     event allocation_rescues,

@@ -153,6 +153,19 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     ) -> Arc<Self> {
         let state = storage.state;
         let shape = tensor.shape();
+        let created = state.budget.on_create(
+            token(storage.op, &shape, tensor.dtype()),
+            storage.bytes,
+            state.ledger.live_bytes(),
+            !state.scopes.used(),
+        );
+        let ordinal = created.ordinal;
+        // A parameter or optimizer state would be recomputed from the previous step's, which
+        // its recipe would keep on the device beside it: such tensors are only offloaded.
+        let recipe = recipe.filter(|_| !created.outlives_step);
+        if let Some(event) = created.segment {
+            state.scopes.on_segment_event(event, &state.budget);
+        }
         let scope = state.scopes.current();
         // Outside any scope, an op that reads a checkpoint scope's tensors (a gradient reading
         // the activations the backward pass restored) gets no recipe, as it would have without
@@ -189,12 +202,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                     cost,
                     scope,
                     strided,
-                    (
-                        state.budget.tick(),
-                        state
-                            .budget
-                            .on_create(token(storage.op, &shape, tensor.dtype())),
-                    ),
+                    (state.budget.tick(), ordinal),
                 ),
                 state,
                 dependents: AtomicU32::new(0),
@@ -760,6 +768,7 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
 
     fn on_dead(&self) {
         if !self.core.info.set_dead() {
+            self.core.state.budget.on_drop(self.core.info.ordinal);
             self.settle();
         }
     }
@@ -785,7 +794,9 @@ impl<B: Backend, K: Kind<B>> CellOf<K::Prim> for Cell<B, K> {
 
     fn consume(&self) -> (K::Prim, Option<Arc<Storage>>) {
         self.core.touch();
-        self.core.info.set_dead();
+        if !self.core.info.set_dead() {
+            self.core.state.budget.on_drop(self.core.info.ordinal);
+        }
         self.ensure_resident();
         let mut slot = self.lock();
         // Checked under the lock and after the restore: restoring may have evicted a tensor

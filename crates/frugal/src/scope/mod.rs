@@ -1,14 +1,15 @@
 //! Layer 3, checkpoint scopes: which scope new tensors belong to, and what closing one
 //! evicts. The public entry, [`crate::checkpoint`], sits in the API layer.
 //!
-//! Owns: the scope ids of one device and the thread's list of a closing scope's outputs.
-//! Imports: `engine`, `op`.
+//! Owns: the scope ids of one device, the thread's list of a closing scope's outputs, and the
+//! segment the learned step's forward pass is in (an automatic scope the budget opens and
+//! closes where [`crate::engine::SegmentEvent`]s say). Imports: `engine`, `op`.
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use crate::engine::{Budget, Status};
+use crate::engine::{Budget, SegmentEvent, Status};
 use crate::op::cost::is_costly_product;
 
 thread_local! {
@@ -50,6 +51,13 @@ pub(crate) struct Scopes {
     current: AtomicU64,
     next: AtomicU64,
     open: AtomicU32,
+    /// The open segment's scope id (0: none).
+    segment: AtomicU64,
+    /// The scope id of the forward pass's first segment.
+    forward: AtomicU64,
+    /// The program opened a scope of its own: it chose what to recompute, and the budget's
+    /// segments stay off.
+    used: AtomicBool,
 }
 
 impl Default for Scopes {
@@ -58,6 +66,9 @@ impl Default for Scopes {
             current: AtomicU64::new(0),
             next: AtomicU64::new(1),
             open: AtomicU32::new(0),
+            segment: AtomicU64::new(0),
+            forward: AtomicU64::new(0),
+            used: AtomicBool::new(false),
         }
     }
 }
@@ -69,6 +80,11 @@ impl Scopes {
         self.current.load(Relaxed)
     }
 
+    /// Whether the program has used scopes of its own on this device.
+    pub(crate) fn used(&self) -> bool {
+        self.used.load(Relaxed)
+    }
+
     /// Whether any scope is open.
     pub(crate) fn any_open(&self) -> bool {
         self.open.load(Relaxed) > 0
@@ -76,6 +92,8 @@ impl Scopes {
 
     /// Opens a scope: tensors created until it closes are tagged with its id.
     pub(crate) fn open(&self) -> OpenScope {
+        self.used.store(true, Relaxed);
+        self.end_segment();
         let id = self.next.fetch_add(1, Relaxed);
         let outer = self.current.swap(id, Relaxed);
         self.open.fetch_add(1, Relaxed);
@@ -103,5 +121,68 @@ impl Scopes {
                 cell.evict();
             }
         }
+    }
+
+    /// Follows the learned step's segments: opens, cuts or closes the automatic scope the
+    /// forward pass's tensors are created in. At a cut, the closing segment's resident
+    /// tensors that the forward pass does not read again are evicted, to be recomputed from
+    /// the kept ones when the backward pass reads them. Ignored once the program has used
+    /// scopes of its own.
+    pub(crate) fn on_segment_event(&self, event: SegmentEvent, budget: &Budget) {
+        if self.used.load(Relaxed) {
+            return;
+        }
+        match event {
+            SegmentEvent::Open => {
+                self.end_segment();
+                let id = self.begin_segment();
+                self.forward.store(id, Relaxed);
+            }
+            SegmentEvent::Cut {
+                first,
+                position,
+                last_read,
+            } => {
+                let id = self.end_segment();
+                let forward = self.forward.load(Relaxed);
+                if id != 0 {
+                    for cell in budget.cells() {
+                        let info = cell.info();
+                        // A read stamped `position` came before this cut.
+                        let read_later = info
+                            .ordinal
+                            .checked_sub(first)
+                            .and_then(|at| last_read.get(at as usize))
+                            .is_none_or(|&last| last > position);
+                        if (forward..=id).contains(&info.scope)
+                            && !read_later
+                            && cell.status() == Status::Resident
+                        {
+                            cell.evict();
+                        }
+                    }
+                }
+                self.begin_segment();
+            }
+            SegmentEvent::Close => {
+                self.end_segment();
+            }
+        }
+    }
+
+    fn begin_segment(&self) -> u64 {
+        let id = self.next.fetch_add(1, Relaxed);
+        self.segment.store(id, Relaxed);
+        self.current.store(id, Relaxed);
+        id
+    }
+
+    /// Ends the open segment, if any; returns its id (0: none).
+    fn end_segment(&self) -> u64 {
+        let id = self.segment.swap(0, Relaxed);
+        if id != 0 {
+            let _ = self.current.compare_exchange(id, 0, Relaxed, Relaxed);
+        }
+        id
     }
 }
