@@ -17,7 +17,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::activation::gelu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use frugal::{Frugal, RematStats, memory};
+use frugal::{Frugal, Policy, RematStats, memory};
 
 type B = Autodiff<Frugal<NdArray>>;
 const DEVICE: NdArrayDevice = NdArrayDevice::Cpu;
@@ -159,7 +159,13 @@ fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
     let rows = [64; 10];
     let (base, peak, free) = unconstrained(&rows);
     let budget = base + peak / 3;
+    let segmented = Policy {
+        forward_segments: true,
+        ..Policy::default()
+    };
+    memory::set_policy(&DEVICE, segmented);
     let planned = train(&rows, |_| Some(budget));
+    memory::set_policy(&DEVICE, Policy::default());
     assert_eq!(planned.losses, free.losses, "losses");
     assert_eq!(planned.params, free.params, "parameters");
     assert!(planned.most_live <= budget);

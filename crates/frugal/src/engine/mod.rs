@@ -43,7 +43,8 @@ pub(crate) struct Created {
     pub(crate) ordinal: u64,
     /// What its creation means for the forward pass's segments.
     pub(crate) segment: Option<SegmentEvent>,
-    /// The same tensor one step earlier outlived its step: a parameter or optimizer state.
+    /// With forward segments on, the same tensor one step earlier outlived its step: a
+    /// parameter or optimizer state.
     pub(crate) outlives_step: bool,
 }
 
@@ -178,6 +179,7 @@ pub(crate) struct Budget {
     max_depth: AtomicU32,
     scope_keeps_products: AtomicBool,
     planned: AtomicBool,
+    forward_segments: AtomicBool,
     /// The storage type of compressed tensors ([`LowPrecision::code`]; 0: none).
     storage: AtomicU8,
     /// The most bytes offloads may keep in host memory ([`NO_LIMIT`]: none).
@@ -201,6 +203,7 @@ impl Default for Budget {
             max_depth: AtomicU32::new(policy.max_depth),
             scope_keeps_products: AtomicBool::new(policy.scope_keeps_products),
             planned: AtomicBool::new(policy.planned),
+            forward_segments: AtomicBool::new(policy.forward_segments),
             storage: AtomicU8::new(0),
             host_limit: AtomicU64::new(NO_LIMIT),
             host_limit_chosen: AtomicBool::new(false),
@@ -256,6 +259,7 @@ impl Budget {
             max_depth: self.max_depth.load(Relaxed),
             scope_keeps_products: self.scope_keeps_products.load(Relaxed),
             planned: self.planned.load(Relaxed),
+            forward_segments: self.forward_segments.load(Relaxed),
         }
     }
 
@@ -273,6 +277,8 @@ impl Budget {
         self.scope_keeps_products
             .store(policy.scope_keeps_products, Relaxed);
         self.planned.store(policy.planned, Relaxed);
+        self.forward_segments
+            .store(policy.forward_segments, Relaxed);
     }
 
     /// The type f32 tensors are compressed to, if compression is on.
@@ -299,8 +305,9 @@ impl Budget {
         let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
         let before = plan.figures();
         let ordinal = plan.on_create(token, bytes, live);
-        let segment = plan.segment_event(ordinal, self.limit().filter(|_| segments));
-        let outlives_step = plan.outlives_step(ordinal);
+        let enabled = segments && self.forward_segments.load(Relaxed);
+        let segment = plan.segment_event(ordinal, self.limit().filter(|_| enabled));
+        let outlives_step = enabled && plan.outlives_step(ordinal);
         let after = plan.figures();
         if after != before {
             self.counters.set(Counter::plan_period, after.period);

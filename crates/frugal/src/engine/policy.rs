@@ -74,6 +74,14 @@ pub struct Policy {
     /// otherwise, and until a step is learned, by how long they have gone unused (DTR). On by
     /// default.
     pub planned: bool,
+    /// Once the step is learned and its peak would not fit the budget, cut the step's forward
+    /// pass into segments and evict, at each segment's end, what the forward pass will not
+    /// read again (checkpoints read across an end stay), as `checkpoint` scopes would; and
+    /// keep no recipe for parameters and optimizer state (it would hold the previous step's
+    /// state on the device). Off by default: on the reference GPT step under a budget of 1/3 it
+    /// ran at 15x plain Burn instead of 21x, but peaked higher inside ops and reserved more
+    /// (`docs/results.md`, session 19).
+    pub forward_segments: bool,
 }
 
 impl Default for Policy {
@@ -84,6 +92,7 @@ impl Default for Policy {
             max_depth: 32,
             scope_keeps_products: false,
             planned: true,
+            forward_segments: false,
         }
     }
 }
