@@ -208,6 +208,16 @@ impl fmt::Display for MemoryReport {
                 format_bytes(remat.plan_segment_bytes),
                 format!("{} over budget", remat.budget_rounds),
             )?;
+            if remat.plan_segments > 0 {
+                writeln!(
+                    f,
+                    "| {:<26}|{:>15} |{:>15} |{:>13} |",
+                    "  estimated peak",
+                    format_bytes(remat.plan_estimated_peak),
+                    "",
+                    "",
+                )?;
+            }
             writeln!(
                 f,
                 "| {:<26}|{:>15} |{:>15} |{:>13} |",

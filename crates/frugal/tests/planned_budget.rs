@@ -172,6 +172,8 @@ fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
     let last = planned.per_step.last().unwrap();
     assert!(last.plan_segments >= 2, "no segments: {last:?}");
     assert!(last.plan_segment_bytes > 0, "{last:?}");
+    // The segments were sized by simulating the recorded step under them.
+    assert!(last.plan_estimated_peak > base, "{last:?}");
     let total: u64 = planned.per_step.iter().map(|s| s.segment_plans).sum();
     assert!(total >= 1, "{:#?}", planned.per_step);
     // Segments evict at their ends: the steps under them recompute.

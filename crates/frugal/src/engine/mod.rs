@@ -315,6 +315,8 @@ impl Budget {
             self.counters.set(Counter::plan_segments, after.segments);
             self.counters
                 .set(Counter::plan_segment_bytes, after.segment_bytes);
+            self.counters
+                .set(Counter::plan_estimated_peak, after.estimated_peak);
             if after.segments > 0
                 && (after.segments, after.segment_bytes) != (before.segments, before.segment_bytes)
             {

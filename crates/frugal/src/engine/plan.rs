@@ -20,10 +20,13 @@
 //! Under a budget the plan also cuts the step's forward pass into segments, as Chen et al.'s
 //! checkpointing does by hand (see [`Segments`]): from one recorded step it finds where the
 //! forward pass begins and ends (the lowest and highest of the bytes the step's own tensors
-//! hold between their creation and last read), and, if that peak would not fit the budget,
-//! closes a segment each time the tensors kept for the backward pass reach a share of the
-//! room left. The ends of segments fall on the same tensors every step, so the same tensors
-//! are dropped and recomputed in the same order each time.
+//! hold between their creation and last read). If that peak would not fit the budget, it cuts
+//! the forward pass only where the fewest bytes cross (in a stack of blocks, the blocks'
+//! boundaries, where the residual stream is the checkpoint), and sizes the segments by
+//! simulating the recorded step under them (a closed segment's tensors are gone from its end
+//! until the backward pass first reads one of them, then all come back): the largest segments
+//! whose simulated peak fits. The ends of segments fall on the same tensors every step, so the
+//! same tensors are dropped and recomputed in the same order each time.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,16 +44,19 @@ const WINDOW: u64 = 1 << 17;
 pub(crate) const NEVER: u64 = 1 << 40;
 /// Reads one cell may record (a tensor read more often than this is read all the time).
 const MAX_READS: usize = 64;
-/// The share of the room under the budget (budget minus what is live when the forward pass
-/// begins) that one segment's tensors kept for the backward pass may take: one segment is
-/// recomputed at a time in the backward pass, beside the segments' boundaries, the gradients
-/// and the backward pass's temporaries.
-const SEGMENT_SHARE: f64 = 2.0 / 3.0;
+/// The largest share of the room under the budget (budget minus what is live when the forward
+/// pass begins) that one segment's tensors kept for the backward pass may take. The cuts are
+/// searched from it downwards (see [`StepRecord::simulate`]): one segment is recomputed at a
+/// time in the backward pass, beside the segments' boundaries, the gradients and the backward
+/// pass's temporaries.
+const SEGMENT_SHARE: f64 = 1.0;
+/// The ratio between two segment shares the search tries in turn.
+const SEGMENT_SEARCH_STEP: f64 = 0.8;
 /// How much smaller segments become when a step under the plan still needed the budget to
 /// evict.
 const SEGMENT_SHRINK: f64 = 0.6;
 /// The smallest segment share tried: below it the boundaries alone crowd the budget.
-const MIN_SEGMENT_SHARE: f64 = SEGMENT_SHARE / 16.0;
+const MIN_SEGMENT_SHARE: f64 = 1.0 / 32.0;
 
 /// A candidate period and how long its match has run.
 #[derive(Clone, Copy, Debug)]
@@ -71,6 +77,8 @@ pub(crate) struct PlanFigures {
     pub(crate) segments: u64,
     /// Bytes kept for the backward pass per segment the cuts aim at.
     pub(crate) segment_bytes: u64,
+    /// The step's peak live bytes as simulated from the recorded step under the segments.
+    pub(crate) estimated_peak: u64,
 }
 
 /// What the creation of a tensor means for the forward pass's segments: the cell layer opens
@@ -108,6 +116,7 @@ struct Segments {
     /// (0: never; `u64::MAX`: a checkpoint, read across a cut); cuts before that keep it.
     last_read: Arc<[u64]>,
     segment_bytes: u64,
+    estimated_peak: u64,
 }
 
 impl Segments {
@@ -382,20 +391,8 @@ impl StepPlan {
         let start_at = (lowest + 1) % p;
         let anchor = first + start_at as u64;
         let base_live = self.live[index(anchor)];
-        let peak = base_live.saturating_add((held[peak_at] - held[start_at]).max(0) as u64);
-        if peak <= limit {
-            log::debug!(
-                "frugal: step plan: the step's estimated peak {peak} B fits the budget; no segments"
-            );
-            return None;
-        }
         // The tensor made at the peak is the forward pass's last.
         let end = ((peak_at + p - start_at) % p) as u64 + 1;
-        let room = limit.saturating_sub(base_live);
-        let segment_bytes = (room as f64 * self.segment_share) as u64;
-        if end < 2 || segment_bytes == 0 {
-            return None;
-        }
         // Reads of the tensor at each position, as positions.
         let reads_at = |position: u64| {
             let ordinal = first + (start_at as u64 + position) % period;
@@ -406,23 +403,47 @@ impl StepPlan {
                 .into_iter()
                 .flatten()
         };
+        let record = StepRecord {
+            end,
+            base_live,
+            bytes: (0..period)
+                .map(|position| self.bytes[index(first + (start_at as u64 + position) % period)])
+                .collect(),
+            reads: (0..period)
+                .map(|position| reads_at(position).collect())
+                .collect(),
+        };
+        let unsegmented = record.simulate(&[0], &[]);
+        if unsegmented <= limit {
+            log::debug!(
+                "frugal: step plan: the step's estimated peak {unsegmented} B fits the budget; \
+                 no segments"
+            );
+            return None;
+        }
+        let room = limit.saturating_sub(base_live);
+        if end < 2 || room == 0 {
+            return None;
+        }
         // Bytes a cut before each position must keep: made before it, read by the forward
         // pass at or after it. Between a model's blocks that is little more than the residual
         // stream; inside attention it is several tensors.
         let mut crossing_change = vec![0i64; end as usize + 1];
         let mut saved = vec![0u64; end as usize];
         for position in 0..end {
-            let bytes = self.bytes[index(first + (start_at as u64 + position) % period)];
-            if reads_at(position).any(|r| r >= end) {
-                saved[position as usize] = bytes;
+            let reads = &record.reads[position as usize];
+            if reads.iter().any(|&r| r >= end) {
+                saved[position as usize] = record.bytes[position as usize];
             }
-            // A read stamped `r` happened before the tensor at `r` was made, so a cut there
-            // (made when that tensor is) comes after it.
-            if let Some(last) = reads_at(position).filter(|&r| r < end).max()
-                && last > position + 1
+            // A read stamped `r` is made by the op that makes the tensor at `r`: a cut there
+            // comes after the read in the forward pass, but recomputing that tensor reads
+            // the input again, so the input crosses the cut.
+            if let Some(&last) = reads.iter().filter(|&&r| r < end).max()
+                && last > position
             {
-                crossing_change[position as usize + 1] += bytes as i64;
-                crossing_change[last as usize] -= bytes as i64;
+                let bytes = record.bytes[position as usize] as i64;
+                crossing_change[position as usize + 1] += bytes;
+                crossing_change[last as usize + 1] -= bytes;
             }
         }
         let mut crossing = Vec::with_capacity(end as usize);
@@ -431,52 +452,36 @@ impl StepPlan {
             sum += change;
             crossing.push(sum);
         }
-        // Each segment keeps between half and all of `segment_bytes` for the backward pass,
-        // and ends where the fewest bytes cross.
-        let mut cuts = vec![0u64];
-        let mut from = 0u64;
+        // Larger segments keep fewer checkpoints in the forward pass but bring more back at
+        // once in the backward pass: the largest share of the room whose simulated step fits
+        // the budget, or else the one whose simulated peak is lowest.
+        let mut share = self.segment_share;
+        let mut best: Option<(u64, f64, Vec<u64>, Vec<u64>)> = None;
         loop {
-            let mut held = 0u64;
-            let mut best: Option<u64> = None;
-            let mut position = from;
-            while position < end {
-                held += saved[position as usize];
-                position += 1;
-                if held * 2 < segment_bytes || position >= end {
-                    continue;
+            let segment_bytes = (room as f64 * share) as u64;
+            if segment_bytes > 0 {
+                let cuts = cut_at(&saved, &crossing, end, segment_bytes);
+                let last_read = record.last_reads(&cuts);
+                let peak = record.simulate(&cuts, &last_read);
+                if best.as_ref().is_none_or(|b| peak < b.0) {
+                    best = Some((peak, share, cuts, last_read));
                 }
-                if best.is_none_or(|b| crossing[position as usize] <= crossing[b as usize]) {
-                    best = Some(position);
-                }
-                if held >= segment_bytes {
+                if peak <= limit {
                     break;
                 }
             }
-            match best {
-                Some(cut) if cut < end => {
-                    cuts.push(cut);
-                    from = cut;
-                }
-                _ => break,
+            if share <= MIN_SEGMENT_SHARE {
+                break;
             }
+            share = (share * SEGMENT_SEARCH_STEP).max(MIN_SEGMENT_SHARE);
         }
-        // A tensor read across a cut is a checkpoint: kept until the backward pass, so that
-        // recomputing a segment starts from its checkpoints. Any other tensor goes at the
-        // first cut after its last read by the forward pass.
-        let last_read: Vec<u64> = (0..end)
-            .map(|position| {
-                let last = reads_at(position).filter(|&r| r < end).max().unwrap_or(0);
-                let next_cut = cuts.iter().find(|&&cut| cut > position);
-                match next_cut {
-                    Some(&cut) if last > cut => u64::MAX,
-                    _ => last,
-                }
-            })
-            .collect();
+        let (estimated_peak, share, cuts, last_read) = best?;
+        self.segment_share = share;
+        let segment_bytes = (room as f64 * share) as u64;
         log::debug!(
-            "frugal: step plan: forward pass of {end} tensors, estimated peak {peak} B over a \
-             budget of {limit} B: {} segments of about {segment_bytes} B kept for the backward \
-             pass",
+            "frugal: step plan: forward pass of {end} tensors, estimated peak {unsegmented} B \
+             over a budget of {limit} B: {} segments of about {segment_bytes} B kept for the \
+             backward pass, estimated peak under them {estimated_peak} B",
             cuts.len()
         );
         Some(Segments {
@@ -486,6 +491,7 @@ impl StepPlan {
             end,
             last_read: last_read.into(),
             segment_bytes,
+            estimated_peak,
         })
     }
 
@@ -544,6 +550,7 @@ impl StepPlan {
             replans: self.replans,
             segments: self.segments.as_ref().map_or(0, |s| s.cuts.len() as u64),
             segment_bytes: self.segments.as_ref().map_or(0, |s| s.segment_bytes),
+            estimated_peak: self.segments.as_ref().map_or(0, |s| s.estimated_peak),
         }
     }
 
@@ -634,6 +641,151 @@ impl StepPlan {
         self.grams.retain(|_, at| *at >= start);
         self.reads.retain(|cell, _| *cell >= start);
     }
+}
+
+/// One recorded training step seen from its forward pass's first tensor: what the segments are
+/// cut from and simulated on. Positions count creations from that tensor.
+struct StepRecord {
+    /// Position of the forward pass's end.
+    end: u64,
+    /// Live bytes on the device when the forward pass's first tensor was made.
+    base_live: u64,
+    /// Bytes of the tensor made at each position of the step.
+    bytes: Vec<u64>,
+    /// The program's reads of the tensor made at each position, as positions, ascending.
+    reads: Vec<Vec<u64>>,
+}
+
+impl StepRecord {
+    /// For each position before the forward pass's end: where the forward pass last reads the
+    /// tensor made there (0: never; `u64::MAX`: a checkpoint, read across one of `cuts` or by
+    /// the op that makes the tensor at a cut, which begins the next segment and is recomputed
+    /// from it).
+    fn last_reads(&self, cuts: &[u64]) -> Vec<u64> {
+        (0..self.end)
+            .map(|position| {
+                let last = self.reads[position as usize]
+                    .iter()
+                    .filter(|&&r| r < self.end)
+                    .max()
+                    .copied()
+                    .unwrap_or(0);
+                match cuts.iter().find(|&&cut| cut > position) {
+                    Some(&cut) if last >= cut => u64::MAX,
+                    _ => last,
+                }
+            })
+            .collect()
+    }
+
+    /// The step's peak live bytes under `cuts` (`last_read` from [`Self::last_reads`]).
+    ///
+    /// A tensor the step makes and drops is held from its creation to its last read,
+    /// inclusive: the op that reads it last holds it beside its output. A tensor outliving the
+    /// step is in `base_live`. A cut evicts every tensor made in the segment it closes that is
+    /// read again only after the cut and is not a checkpoint; the segment's evicted tensors
+    /// all come back at the first read of any of them, since recomputing the last of them
+    /// (which the backward pass reads first) restores the chain before it.
+    fn simulate(&self, cuts: &[u64], last_read: &[u64]) -> u64 {
+        let p = self.bytes.len();
+        let mut change = vec![0i64; p + 1];
+        for (position, (&bytes, reads)) in self.bytes.iter().zip(&self.reads).enumerate() {
+            let last = reads.last().map_or(position, |&r| r as usize);
+            if last < position || last - position >= p {
+                continue; // outlives the step: counted in `base_live`
+            }
+            let bytes = bytes as i64;
+            change[position] += bytes;
+            if last < p {
+                change[last + 1] -= bytes;
+            } else {
+                change[0] += bytes;
+                change[last - p + 1] -= bytes;
+            }
+        }
+        let mut restore = vec![u64::MAX; cuts.len()];
+        let mut evicted = Vec::new();
+        for (position, &last) in last_read.iter().enumerate() {
+            if last == u64::MAX {
+                continue;
+            }
+            let Some(next) = cuts.iter().position(|&cut| cut > position as u64) else {
+                continue;
+            };
+            let evict_at = cuts[next];
+            let Some(&read) = self.reads[position].iter().find(|&&r| r > evict_at) else {
+                continue;
+            };
+            restore[next - 1] = restore[next - 1].min(read);
+            evicted.push((position, evict_at, next - 1));
+        }
+        for (position, evict_at, segment) in evicted {
+            let (from, to) = (evict_at as usize + 1, (restore[segment] as usize).min(p));
+            if from < to {
+                let bytes = self.bytes[position] as i64;
+                change[from] -= bytes;
+                change[to] += bytes;
+            }
+        }
+        let mut sum = 0i64;
+        let mut peak = i64::MIN;
+        for c in &change[..p] {
+            sum += c;
+            peak = peak.max(sum);
+        }
+        let at_start = change[0];
+        self.base_live
+            .saturating_add((peak - at_start).max(0) as u64)
+    }
+}
+
+/// Cuts a forward pass of `end` tensors into segments that keep about `segment_bytes` each
+/// for the backward pass (`saved`, by position), ending only where few bytes cross
+/// (`crossing`, by position): within a quarter of the fewest that cross anywhere in the middle
+/// half of the forward pass, which in a stack of blocks are the blocks' boundaries (only the
+/// residual stream crosses them). A segment ends at the last such place before it would keep
+/// more than `segment_bytes`, or at the first one after, if there is none before. Returns the
+/// positions where segments begin, the first 0.
+fn cut_at(saved: &[u64], crossing: &[i64], end: u64, segment_bytes: u64) -> Vec<u64> {
+    let middle = (end / 4).max(1) as usize..(3 * end / 4).max(2) as usize;
+    let fewest = crossing[middle.start..middle.end.min(crossing.len())]
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(0)
+        .max(0);
+    let boundary = |position: u64| crossing[position as usize] <= fewest + fewest / 4;
+    log::debug!(
+        "frugal: step plan: {} of {end} positions are boundaries ({fewest} B cross the fewest)",
+        (1..end).filter(|&p| boundary(p)).count()
+    );
+
+    let mut cuts = vec![0u64];
+    let mut from = 0u64;
+    loop {
+        let mut held = 0u64;
+        let mut cut: Option<u64> = None;
+        for position in from + 1..end {
+            held += saved[position as usize - 1];
+            if !boundary(position) {
+                continue;
+            }
+            if held <= segment_bytes || cut.is_none() {
+                cut = Some(position);
+            }
+            if held >= segment_bytes {
+                break;
+            }
+        }
+        match cut {
+            Some(position) if held >= segment_bytes => {
+                cuts.push(position);
+                from = position;
+            }
+            _ => break,
+        }
+    }
+    cuts
 }
 
 #[cfg(test)]
@@ -867,11 +1019,12 @@ mod tests {
             unreachable!()
         };
         assert_eq!(*position as usize, *at);
-        // In this chain each tensor is read only by the next op: the one before the cut was
-        // read by the op that made the cut's tensor, so the cut evicts it, and no tensor is
-        // read across a cut (a checkpoint).
-        assert_eq!(last_read[at - 1], *position);
-        assert!(!last_read.contains(&u64::MAX));
+        // In this chain each tensor is read only by the next op (and the backward pass): the
+        // one before the cut was read by the op that made the cut's tensor, which will be
+        // recomputed from it, so it is the segment's checkpoint; the one before that is
+        // evicted.
+        assert_eq!(last_read[at - 1], u64::MAX);
+        assert_eq!(last_read[at - 2], *position - 1);
     }
 
     #[test]
@@ -898,5 +1051,57 @@ mod tests {
         assert!(after.segments > 0, "{after:?}");
         assert_eq!(steps[5].first(), Some(&(0, SegmentEvent::Open)));
         assert_eq!(steps[5].last(), Some(&(8 * 14, SegmentEvent::Close)));
+    }
+
+    #[test]
+    fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
+        // A forward chain of four 10-byte tensors, each read by the next and once by the
+        // backward pass (in reverse), then four backward tensors.
+        let record = StepRecord {
+            end: 4,
+            base_live: 10,
+            bytes: vec![10; 8],
+            reads: vec![
+                vec![1, 7],
+                vec![2, 6],
+                vec![3, 5],
+                vec![4],
+                vec![5],
+                vec![6],
+                vec![7],
+                vec![],
+            ],
+        };
+        // Held from creation to last read, inclusive: five tensors at positions 4 and 5.
+        assert_eq!(record.simulate(&[0], &[]), 50);
+        // A cut at 2: the second tensor is read by the op that makes the third, which begins
+        // the next segment, so it is a checkpoint; the first is evicted from position 3 until
+        // the backward pass reads it, at 7.
+        let cuts = [0, 2];
+        let last_read = record.last_reads(&cuts);
+        assert_eq!(last_read, vec![1, u64::MAX, 3, 0]);
+        assert_eq!(record.simulate(&cuts, &last_read), 40);
+        // Read across the cut as well, the first tensor is a checkpoint too and stays.
+        let mut reads = record.reads.clone();
+        reads[0] = vec![1, 3, 7];
+        let record = StepRecord { reads, ..record };
+        let last_read = record.last_reads(&cuts);
+        assert_eq!(last_read[..2], [u64::MAX, u64::MAX]);
+        assert_eq!(record.simulate(&cuts, &last_read), 50);
+    }
+
+    #[test]
+    fn the_segments_are_the_largest_whose_simulated_step_fits() {
+        // 80 forward tensors of 100 bytes under a budget of 4,000: segments of the whole
+        // room (39 tensors) would bring 3,900 bytes back at once beside the gradients and
+        // parameters; the next share (31 tensors) fits.
+        let (layers, width) = (8, 10);
+        let mut plan = StepPlan::default();
+        training_steps(&mut plan, 6, layers, width, Some(4_000));
+        let figures = plan.figures();
+        assert!(figures.segments >= 2, "{figures:?}");
+        assert!(figures.estimated_peak <= 4_000, "{figures:?}");
+        assert!(figures.estimated_peak > 3_000, "{figures:?}");
+        assert_eq!(plan.segment_share, SEGMENT_SHARE * SEGMENT_SEARCH_STEP);
     }
 }

@@ -99,6 +99,9 @@ remat_stats! {
     level plan_segments,
     /// Bytes kept for the backward pass per segment the cuts aim at.
     level plan_segment_bytes,
+    /// The step's peak live bytes under its segments, as simulated from the recorded step
+    /// when they were cut (0: no segments).
+    level plan_estimated_peak,
     /// Times the forward pass was cut into segments (again when the step or budget changed,
     /// or when a step under the plan still needed the budget to evict).
     event segment_plans,

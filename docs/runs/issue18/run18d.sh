@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 18, forward segments (session 20: cut at boundaries, sized by simulation): the reference step (peak-memory, vocabulary 8192) under a budget
+# alone, one configuration per process with its own time limit, PyTorch first in the same call.
+# SPECS: dev:config:limit_s:steps:warmup[:budget_denominator[:extra,args]]
+set -u
+cd "$(dirname "$0")"
+[ -f cubecl-cache.tgz ] && (cd .. && tar xzf .gpu/cubecl-cache.tgz)
+for f in peak-memory gpt; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+if [ -n "${TORCH:-}" ]; then
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout ${TORCH_LIMIT:-150} python3 torch_gpt.py --configs $TORCH > $OUT/torch.jsonl 2>&1
+  echo "torch exit $? in $(( $(date +%s) - t0 )) s"; grep '^{' $OUT/torch.jsonl | cut -c1-300
+fi
+# The frugal configuration's peak live bytes at the reference size (sessions 7-10).
+PEAK=8096366596
+i=0
+for spec in ${SPECS:-}; do
+  IFS=: read -r dev name limit steps warm frac more <<< "$spec"; more=${more//,/ }
+  extra=""; [ -n "$frac" ] && extra="--budget-bytes $((PEAK / frac))"
+  i=$((i+1)); f=/tmp/$i.err
+  t0=$(date +%s)
+  RUST_LOG=${RUST_LOG:-frugal::engine::plan=debug} timeout $limit ./peak-memory --device $dev --only $name --steps $steps --warmup $warm $extra ${more:-} >> $OUT/frugal.jsonl 2> $f
+  echo "$dev $name $more exit $? in $(( $(date +%s) - t0 )) s"
+  { echo "== $i $dev $name $more"; cat $f; } >> $OUT/stderr.txt
+  grep "step" $f | grep -v "frugal: step plan" | sed 's/.*step/step/' | tr "\n" " " | cut -c1-1500; echo
+  grep "segments\|whole step" $f | tail -4 | cut -c1-300
+done
+python3 - <<'PY'
+import json, os
+for l in open(os.environ['OUT'] + '/frugal.jsonl'):
+    if not l.startswith('{'): continue
+    d = json.loads(l); r = d.get('remat') or {}; a = d.get('allocator') or {}
+    print(d.get('device'), d.get('config'), {k: d.get(k) for k in ['budget_bytes','peak_allocated_bytes','peak_reserved_bytes','step_ms_median','error']},
+          {k: r.get(k) for k in ['recomputes','recomputed_bytes','offloads','uploads','upload_nanos','plan_period','replans','plan_segments','plan_segment_bytes','plan_estimated_peak','segment_plans','budget_rounds']},
+          {k: a.get(k) for k in ['peak_reserved_bytes','peak_allocated_bytes']},
+          [round(x, 1) for x in d.get('step_ms', [])], [round(x, 6) for x in d.get('losses', [])])
+PY
+(cd .. && tar czf $OUT/cubecl-cache.tgz target/autotune 2>/dev/null)
