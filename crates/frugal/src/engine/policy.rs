@@ -78,9 +78,9 @@ pub struct Policy {
     /// pass into segments and evict, at each segment's end, what the forward pass will not
     /// read again (checkpoints read across an end stay), as `checkpoint` scopes would; and
     /// keep no recipe for parameters and optimizer state (it would hold the previous step's
-    /// state on the device). Off by default: on the reference GPT step under a budget of 1/3 it
-    /// ran at 15x plain Burn instead of 21x, but peaked higher inside ops and reserved more
-    /// (`docs/results.md`, session 19).
+    /// state on the device). Off by default until it is tried across this crate's tests: on
+    /// the reference GPT step under a budget of 1/3 it ran at 1.33x plain Burn with fusion on
+    /// (`docs/results.md`, session 20).
     pub forward_segments: bool,
 }
 
