@@ -80,7 +80,7 @@ pub struct Policy {
     /// keep no recipe for parameters and optimizer state (it would hold the previous step's
     /// state on the device). Off by default until it is tried across this crate's tests: on
     /// the reference GPT step under a budget of 1/3 it ran at 1.33x plain Burn with fusion on
-    /// (`docs/results.md`, session 20).
+    /// (`docs/results.md`).
     pub forward_segments: bool,
 }
 
