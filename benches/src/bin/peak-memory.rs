@@ -146,10 +146,10 @@ struct Args {
     /// off): the budget evicts by staleness alone, as before plans existed.
     #[arg(long)]
     no_plan: bool,
-    /// Under a budget, cut the learned step's forward pass into segments
-    /// (`frugal::Policy::forward_segments`).
+    /// Under a budget, never cut the learned step's forward pass into segments
+    /// (`frugal::Policy::forward_segments` off).
     #[arg(long)]
-    segments: bool,
+    no_segments: bool,
     /// When Frugal runs its own CubeCL kernels (casts, compressed storage) instead of the inner
     /// backend's ops: auto (not for casts under fusion), always, never.
     #[arg(long, value_enum, default_value = "auto")]
@@ -801,7 +801,7 @@ fn run<A: AutodiffBackend>(
     let gpt = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
     let mut settings = config.memory_settings(budget, args.scopes_keep_products);
     settings.no_plan = args.no_plan;
-    settings.forward_segments = args.segments;
+    settings.no_segments = args.no_segments;
     let checkpoint_blocks = settings.checkpoint_blocks;
     let _settings = settings
         .apply::<A>(&device)

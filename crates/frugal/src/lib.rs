@@ -23,7 +23,7 @@
 //! ```
 
 // The layers, bottom to top; a module imports only from layers below its own
-// (`tests/layers.rs` checks it; `docs/architecture.md` describes them).
+// (`tests/integration/layers.rs` checks it; `docs/architecture.md` describes them).
 mod autocast; // 2: autocast's policy and per-device table
 mod backend; // 7: the backend type
 mod catch; // 0: catching a step's panic quietly

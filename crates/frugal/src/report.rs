@@ -214,7 +214,7 @@ impl fmt::Display for MemoryReport {
                     "| {:<26}|{:>15} |{:>15} |{:>13} |",
                     "  estimated peak",
                     format_bytes(remat.plan_estimated_peak),
-                    "",
+                    format!("{} room rounds", remat.room_rounds),
                     "",
                 )?;
             }

@@ -2,6 +2,8 @@
 # Issue 18, forward segments: the reference step (peak-memory, vocabulary 8192) under a budget
 # alone, one configuration per process with its own time limit, PyTorch first in the same call.
 # SPECS: dev:config:limit_s:steps:warmup[:budget_denominator[:extra,args]]
+# GPTS: limit_s:gpt,args,comma,separated (the example binary as a user runs it; a budget of
+# 'third' is a third of the peak of the previous gpt run in the same call).
 set -u
 cd "$(dirname "$0")"
 [ -f cubecl-cache.tgz ] && (cd .. && tar xzf .gpu/cubecl-cache.tgz)
@@ -26,13 +28,25 @@ for spec in ${SPECS:-}; do
   grep "step" $f | grep -v "frugal: step plan" | sed 's/.*step/step/' | tr "\n" " " | cut -c1-1500; echo
   grep "segments\|whole step" $f | tail -4 | cut -c1-300
 done
+j=0; last_peak=""
+for spec in ${GPTS:-}; do
+  IFS=: read -r limit more <<< "$spec"; more=${more//,/ }
+  [ -n "$last_peak" ] && more=${more//third/$((last_peak / 3))}
+  j=$((j+1)); t0=$(date +%s)
+  timeout $limit ./gpt $more --out /tmp/gpt$j > $OUT/gpt$j.txt 2>&1
+  echo "gpt $more exit $? in $(( $(date +%s) - t0 )) s"
+  cp /tmp/gpt$j/steps.json $OUT/gpt$j-steps.json 2>/dev/null
+  last_peak=$(python3 -c "import json; print(max(s['peak_bytes'] for s in json.load(open('/tmp/gpt$j/steps.json'))))" 2>/dev/null)
+  python3 -c "import json; l=json.load(open('/tmp/gpt$j/steps.json')); print('ms', [round(s.get('step_ms', 0), 1) for s in l]); print('loss', [round(s['loss'], 5) for s in l]); print('peak', max(s['peak_bytes'] for s in l))" 2>/dev/null
+  grep -v "^\s*$" $OUT/gpt$j.txt | tail -30 | cut -c1-200
+done
 python3 - <<'PY'
 import json, os
 for l in open(os.environ['OUT'] + '/frugal.jsonl'):
     if not l.startswith('{'): continue
-    d = json.loads(l); r = d.get('remat') or {}; a = d.get('allocator') or {}
+    d = json.loads(l); r = d; a = d.get('allocator') or {}
     print(d.get('device'), d.get('config'), {k: d.get(k) for k in ['budget_bytes','peak_allocated_bytes','peak_reserved_bytes','step_ms_median','error']},
-          {k: r.get(k) for k in ['recomputes','recomputed_bytes','offloads','uploads','upload_nanos','plan_period','replans','plan_segments','plan_segment_bytes','plan_estimated_peak','segment_plans','budget_rounds']},
+          {k: r.get(k) for k in ['recomputes','recomputed_bytes','offloads','uploads','upload_nanos','plan_period','replans','plan_segments','plan_segment_bytes','plan_estimated_peak','segment_plans','budget_rounds','room_rounds']},
           {k: a.get(k) for k in ['peak_reserved_bytes','peak_allocated_bytes']},
           [round(x, 1) for x in d.get('step_ms', [])], [round(x, 6) for x in d.get('losses', [])])
 PY

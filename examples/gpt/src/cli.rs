@@ -202,11 +202,11 @@ pub struct TrainArgs {
     /// forward pass and recomputed in the backward pass.
     #[arg(long)]
     pub checkpoint_blocks: bool,
-    /// Under a budget, cut the learned step's forward pass into segments, as
-    /// `--checkpoint-blocks` would but chosen by the budget (`frugal::Policy::forward_segments`;
-    /// experimental).
+    /// Under a budget, never cut the learned step's forward pass into segments (by default the
+    /// budget does, as `--checkpoint-blocks` would but chosen by itself:
+    /// `frugal::Policy::forward_segments`).
     #[arg(long)]
-    pub segments: bool,
+    pub no_segments: bool,
     /// Dynamic loss scaling (`frugal::GradScaler`, PyTorch's defaults: scale 65536, doubled
     /// after 2,000 clean steps, halved and the step skipped when a gradient is inf or NaN).
     /// Meant for f16 training; in f32 the power-of-two scale gives the same losses. Its state
@@ -331,7 +331,7 @@ impl TrainArgs {
             storage: self.store.low(),
             scope_keeps_products: false,
             no_plan: false,
-            forward_segments: self.segments,
+            no_segments: self.no_segments,
         }
     }
 }

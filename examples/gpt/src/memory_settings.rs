@@ -19,9 +19,9 @@ pub struct MemorySettings {
     /// Under a budget, never score tensors by the learned step's predicted reads, only by
     /// staleness ([`Policy::planned`] off).
     pub no_plan: bool,
-    /// Under a budget, cut the learned step's forward pass into segments
-    /// ([`Policy::forward_segments`]).
-    pub forward_segments: bool,
+    /// Under a budget, never cut the learned step's forward pass into segments
+    /// ([`Policy::forward_segments`] off).
+    pub no_segments: bool,
     /// Each transformer block runs in a checkpoint scope. The training step reads this; it is
     /// not a device setting.
     pub checkpoint_blocks: bool,
@@ -70,7 +70,7 @@ impl MemorySettings {
             mode: self.evict,
             scope_keeps_products: self.scope_keeps_products,
             planned: !self.no_plan,
-            forward_segments: self.forward_segments,
+            forward_segments: !self.no_segments,
             ..Policy::default()
         }
     }
@@ -127,7 +127,7 @@ mod tests {
             evict: EvictionMode::OffloadOnly,
             scope_keeps_products: true,
             no_plan: true,
-            forward_segments: true,
+            no_segments: true,
             checkpoint_blocks: true,
             autocast: Some(LowPrecision::BF16),
             low_outputs: true,

@@ -171,6 +171,12 @@ impl DeviceState {
         self.budget.enforce(&self.ledger, op, needed);
     }
 
+    /// Makes room under the budget for the op about to run (see [`Budget::make_room`]).
+    #[inline]
+    pub(crate) fn make_room(&self) {
+        self.budget.make_room(&self.ledger);
+    }
+
     /// Evicts what it can towards the budget without failing (between the restores of a
     /// chain).
     pub(crate) fn relieve(&self) {
@@ -179,7 +185,7 @@ impl DeviceState {
 
     /// Opens a checkpoint scope.
     pub(crate) fn open_scope(&self) -> OpenScope {
-        let scope = self.scopes.open();
+        let scope = self.scopes.open(self.budget.next_ordinal());
         self.update_managing();
         scope
     }

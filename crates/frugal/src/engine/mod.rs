@@ -189,6 +189,9 @@ pub(crate) struct Budget {
     registry: Mutex<Vec<Weak<dyn Evictable>>>,
     /// The learned step and the reads recorded under it.
     plan: Mutex<StepPlan>,
+    /// Under a limit and a learned step: the bytes of the tensor the program makes next (see
+    /// [`StepPlan::next_bytes`]), for [`Budget::make_room`] to read without the plan's lock.
+    next_bytes: AtomicU64,
     counters: Counters,
 }
 
@@ -209,6 +212,7 @@ impl Default for Budget {
             host_limit_chosen: AtomicBool::new(false),
             registry: Mutex::new(Vec::new()),
             plan: Mutex::new(StepPlan::default()),
+            next_bytes: AtomicU64::new(0),
             counters: Counters::default(),
         }
     }
@@ -291,6 +295,14 @@ impl Budget {
             .store(storage.map_or(0, LowPrecision::code), Relaxed);
     }
 
+    /// The ordinal the next managed tensor will get.
+    pub(crate) fn next_ordinal(&self) -> u64 {
+        self.plan
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_ordinal()
+    }
+
     /// A logical clock, advanced by every use of a managed tensor.
     pub(crate) fn tick(&self) -> u64 {
         self.clock.fetch_add(1, Relaxed)
@@ -299,15 +311,32 @@ impl Budget {
     /// Notes a new managed tensor of `bytes` whose op, shape and type hash to `token`, made
     /// when `live` bytes were live; returns its ordinal for [`CellInfo::ordinal`] and what it
     /// means for the forward pass's segments (see [`StepPlan::segment_event`]).
-    /// `segments`: whether the forward pass may be cut into segments (not when the program
-    /// uses checkpoint scopes of its own).
-    pub(crate) fn on_create(&self, token: u64, bytes: u64, live: u64, segments: bool) -> Created {
+    /// `scope_opened_at`: the ordinal at which the program last opened a checkpoint scope of
+    /// its own, if ever; the forward pass is cut into segments only after two learned steps
+    /// without one (the program chose what to recompute).
+    pub(crate) fn on_create(
+        &self,
+        token: u64,
+        bytes: u64,
+        live: u64,
+        scope_opened_at: Option<u64>,
+    ) -> Created {
         let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
         let before = plan.figures();
         let ordinal = plan.on_create(token, bytes, live);
-        let enabled = segments && self.forward_segments.load(Relaxed);
+        let segments = scope_opened_at
+            .is_none_or(|at| before.period > 0 && ordinal >= at.saturating_add(2 * before.period));
+        // A segment's end drops tensors to recompute them: not when the policy only offloads.
+        let enabled = segments
+            && self.forward_segments.load(Relaxed)
+            && self.mode.load(Relaxed) != EvictionMode::OffloadOnly as u8;
         let segment = plan.segment_event(ordinal, self.limit().filter(|_| enabled));
         let outlives_step = enabled && plan.outlives_step(ordinal);
+        let next = match self.limit() {
+            Some(_) if self.planned.load(Relaxed) => plan.next_bytes(),
+            _ => 0,
+        };
+        self.next_bytes.store(next, Relaxed);
         let after = plan.figures();
         if after != before {
             self.counters.set(Counter::plan_period, after.period);
@@ -563,6 +592,27 @@ impl Budget {
                 format_bytes(needed),
             );
         }
+    }
+
+    /// Before an op whose inputs are resident and held: evicts so that the tensor the learned
+    /// step says comes next fits under the limit, rather than taking live bytes over it until
+    /// [`Self::enforce`] after the op. Without a learned step or a limit this does nothing.
+    #[inline]
+    pub(crate) fn make_room(&self, ledger: &Ledger) {
+        let next = self.next_bytes.load(Relaxed);
+        if next == 0 {
+            return;
+        }
+        self.make_room_for(ledger, next);
+    }
+
+    fn make_room_for(&self, ledger: &Ledger, next: u64) {
+        let Some(limit) = self.limit() else { return };
+        if ledger.live_bytes().saturating_add(next) <= limit || next >= limit {
+            return;
+        }
+        self.counters.add(Counter::room_rounds, 1);
+        self.evict_down_to(ledger, limit - next);
     }
 
     /// Evicts what it can towards the limit without failing: used between the restores of a
@@ -977,6 +1027,31 @@ mod tests {
         assert_eq!(statuses(&cells), [Resident, Evicted, Resident]);
         assert_eq!(ledger.live_bytes(), 2000);
         assert_eq!(budget.stats().offloads, 0);
+    }
+
+    #[test]
+    fn room_is_made_before_an_op_only_when_its_output_would_go_over_the_limit() {
+        let (ledger, budget, cells) = setup(&[
+            (Some(100.0), false),
+            (Some(1.0), false),
+            (Some(10.0), false),
+        ]);
+        budget.set_limit(Some(4000));
+        budget.make_room_for(ledger, 1000);
+        assert_eq!(ledger.live_bytes(), 3000, "3000 + 1000 fit under 4000");
+        assert_eq!(budget.stats().room_rounds, 0);
+        budget.set_limit(Some(3500));
+        budget.make_room_for(ledger, 1000);
+        use Status::*;
+        assert_eq!(statuses(&cells), [Resident, Evicted, Resident]);
+        assert_eq!(ledger.live_bytes(), 2000);
+        assert_eq!(budget.stats().room_rounds, 1);
+        // An output as large as the limit is left to the budget after the op.
+        budget.make_room_for(ledger, 3500);
+        assert_eq!(ledger.live_bytes(), 2000);
+        // Without a learned step there is nothing to make room for.
+        budget.make_room(ledger);
+        assert_eq!(budget.stats().room_rounds, 1);
     }
 
     #[test]

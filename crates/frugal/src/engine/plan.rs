@@ -210,6 +210,20 @@ impl StepPlan {
         ordinal
     }
 
+    /// Bytes of the tensor the program will make next, as its counterpart one step earlier
+    /// took; 0 without a confirmed step.
+    pub(crate) fn next_bytes(&self) -> u64 {
+        let Some(period) = self.period else {
+            return 0;
+        };
+        self.next_ordinal()
+            .checked_sub(period)
+            .and_then(|earlier| earlier.checked_sub(self.base))
+            .and_then(|index| self.bytes.get(index as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Records that the program dropped the tensor with `ordinal`.
     pub(crate) fn on_drop(&mut self, ordinal: u64) {
         if let Some(dropped) = ordinal
@@ -820,6 +834,28 @@ mod tests {
         // therefore read at `now + 8`.
         let now = plan.next_ordinal();
         assert_eq!(plan.distance(now - 3), Some(8));
+    }
+
+    #[test]
+    fn the_learned_step_tells_the_bytes_of_the_next_tensor() {
+        let step: Vec<u64> = (0..100).map(|i| i * 7919 + 1).collect();
+        let mut plan = StepPlan::default();
+        let create = |plan: &mut StepPlan, tokens: &[u64]| {
+            for (i, &token) in tokens.iter().enumerate() {
+                let ordinal = plan.on_create(token, 100 + i as u64, 0);
+                if let Some(read) = ordinal.checked_sub(10) {
+                    plan.on_read(read);
+                }
+            }
+        };
+        create(&mut plan, &step);
+        assert_eq!(plan.next_bytes(), 0, "no step learned yet");
+        create(&mut plan, &step);
+        create(&mut plan, &step);
+        assert_eq!(plan.figures().period, 100);
+        assert_eq!(plan.next_bytes(), 100, "the step's first tensor comes next");
+        create(&mut plan, &step[..4]);
+        assert_eq!(plan.next_bytes(), 104);
     }
 
     #[test]

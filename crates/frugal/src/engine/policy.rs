@@ -78,9 +78,9 @@ pub struct Policy {
     /// pass into segments and evict, at each segment's end, what the forward pass will not
     /// read again (checkpoints read across an end stay), as `checkpoint` scopes would; and
     /// keep no recipe for parameters and optimizer state (it would hold the previous step's
-    /// state on the device). Off by default until it is tried across this crate's tests: on
-    /// the reference GPT step under a budget of 1/3 it ran at 1.33x plain Burn with fusion on
-    /// (`docs/results.md`).
+    /// state on the device). Not under [`EvictionMode::OffloadOnly`], which recomputes nothing.
+    /// On by default: without it, a budget alone on Burn's fused backends restores in orders
+    /// the fusion has not compiled, step after step.
     pub forward_segments: bool,
 }
 
@@ -92,7 +92,7 @@ impl Default for Policy {
             max_depth: 32,
             scope_keeps_products: false,
             planned: true,
-            forward_segments: false,
+            forward_segments: true,
         }
     }
 }

@@ -93,6 +93,9 @@ remat_stats! {
     /// Times live bytes went over the budget and it had to evict (the segments, when there
     /// are any, were not enough).
     event budget_rounds,
+    /// Eviction rounds before an op, making room under the budget for the tensor the learned
+    /// step says the op makes (so that the output does not take live bytes over the budget).
+    event room_rounds,
     /// Segments the learned step's forward pass is cut into (0: none: no step learned yet, or
     /// its peak fits the budget); the end of each evicts its tensors that only the backward
     /// pass reads, as a checkpoint scope would.

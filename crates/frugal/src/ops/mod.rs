@@ -693,6 +693,8 @@ macro_rules! forward_ops {
                     let live_before = state.ledger.live_bytes();
                     $(let $arg = $crate::ops::managed_arg!($kind, $arg);)*
                     let caps = ($($arg.2,)*);
+                    // The inputs are resident and held: room for the output.
+                    state.make_room();
                     let inputs_bytes: u64 = {
                         #[allow(unused_variables)]
                         let ($($arg,)*) = &caps;

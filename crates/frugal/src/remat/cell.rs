@@ -157,7 +157,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             token(storage.op, &shape, tensor.dtype()),
             storage.bytes,
             state.ledger.live_bytes(),
-            !state.scopes.used(),
+            state.scopes.opened_at(),
         );
         let ordinal = created.ordinal;
         // A parameter or optimizer state would be recomputed from the previous step's, which

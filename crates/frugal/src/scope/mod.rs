@@ -7,7 +7,7 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::engine::{Budget, SegmentEvent, Status};
 use crate::op::cost::is_costly_product;
@@ -55,10 +55,13 @@ pub(crate) struct Scopes {
     segment: AtomicU64,
     /// The scope id of the forward pass's first segment.
     forward: AtomicU64,
-    /// The program opened a scope of its own: it chose what to recompute, and the budget's
-    /// segments stay off.
-    used: AtomicBool,
+    /// The budget's ordinal of the next tensor when the program last opened a scope of its own
+    /// ([`NEVER_OPENED`]: never). A program that opens scopes chooses what to recompute, and
+    /// the budget's segments stay off until it has gone two learned steps without one.
+    opened_at: AtomicU64,
 }
+
+const NEVER_OPENED: u64 = u64::MAX;
 
 impl Default for Scopes {
     fn default() -> Self {
@@ -68,7 +71,7 @@ impl Default for Scopes {
             open: AtomicU32::new(0),
             segment: AtomicU64::new(0),
             forward: AtomicU64::new(0),
-            used: AtomicBool::new(false),
+            opened_at: AtomicU64::new(NEVER_OPENED),
         }
     }
 }
@@ -80,9 +83,11 @@ impl Scopes {
         self.current.load(Relaxed)
     }
 
-    /// Whether the program has used scopes of its own on this device.
-    pub(crate) fn used(&self) -> bool {
-        self.used.load(Relaxed)
+    /// The budget's ordinal of the next tensor when the program last opened a scope of its own
+    /// on this device, if it ever did.
+    pub(crate) fn opened_at(&self) -> Option<u64> {
+        let at = self.opened_at.load(Relaxed);
+        (at != NEVER_OPENED).then_some(at)
     }
 
     /// Whether any scope is open.
@@ -90,9 +95,10 @@ impl Scopes {
         self.open.load(Relaxed) > 0
     }
 
-    /// Opens a scope: tensors created until it closes are tagged with its id.
-    pub(crate) fn open(&self) -> OpenScope {
-        self.used.store(true, Relaxed);
+    /// Opens a scope when the next tensor will have the budget's ordinal `ordinal`: tensors
+    /// created until it closes are tagged with its id.
+    pub(crate) fn open(&self, ordinal: u64) -> OpenScope {
+        self.opened_at.store(ordinal, Relaxed);
         self.end_segment();
         let id = self.next.fetch_add(1, Relaxed);
         let outer = self.current.swap(id, Relaxed);
@@ -126,10 +132,10 @@ impl Scopes {
     /// Follows the learned step's segments: opens, cuts or closes the automatic scope the
     /// forward pass's tensors are created in. At a cut, the closing segment's resident
     /// tensors that the forward pass does not read again are evicted, to be recomputed from
-    /// the kept ones when the backward pass reads them. Ignored once the program has used
-    /// scopes of its own.
+    /// the kept ones when the backward pass reads them. Ignored while a scope of the program's
+    /// own is open.
     pub(crate) fn on_segment_event(&self, event: SegmentEvent, budget: &Budget) {
-        if self.used.load(Relaxed) {
+        if self.current.load(Relaxed) != self.segment.load(Relaxed) {
             return;
         }
         match event {

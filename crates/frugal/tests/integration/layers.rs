@@ -1,0 +1,160 @@
+//! The crate's layering: every module imports only from layers below its own, so the import
+//! graph has no cycle and no arrow pointing up. Parses every `crate::…` path in the sources
+//! (imports, paths in code and in macros), as `tests/tests/integration/coverage.rs` in the workspace checks the
+//! forwarded methods.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom to top: a module may import from any module of a lower layer, from
+/// nothing of its own layer but itself. `lib` is the crate root, which re-exports the API.
+const LAYERS: &[&[&str]] = &[
+    &["catch", "op", "units"],
+    &["ledger"],
+    &["autocast", "engine", "runtime"],
+    &["kernels", "scope"],
+    &["device"],
+    &["remat"],
+    &["tensor"],
+    &["backend"],
+    &["ops"],
+    &["checkpoint", "precision", "report"],
+    &["accumulate", "memory", "memory_viz", "optim", "scaler"],
+    &["fit", "train"],
+    &["lib"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+/// The top-level module a source file belongs to (`src/remat/cell.rs` -> `remat`).
+fn module_of(relative: &Path) -> String {
+    let first = relative.components().next().expect("a file under src");
+    let name = first.as_os_str().to_string_lossy();
+    name.strip_suffix(".rs").unwrap_or(&name).to_string()
+}
+
+/// Every `crate::name` referred to in `source`, outside comments, with its line number.
+fn references(source: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (number, line) in source.lines().enumerate() {
+        let code = match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        };
+        let mut rest = code;
+        while let Some(at) = rest.find("crate::") {
+            let after = &rest[at + "crate::".len()..];
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            // `crate::{a, b}` imports several modules at once.
+            if name.is_empty() && after.starts_with('{') {
+                let group = &after[1..after.find('}').unwrap_or(after.len())];
+                for item in group.split(',') {
+                    let item = item.trim().split("::").next().unwrap_or("").trim();
+                    if !item.is_empty() {
+                        out.push((number + 1, item.to_string()));
+                    }
+                }
+            } else if !name.is_empty() {
+                out.push((number + 1, name));
+            }
+            rest = after;
+        }
+    }
+    out
+}
+
+/// Violations of the layering among `files` (path relative to `src`, source text).
+fn violations(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (path, source) in files {
+        let module = module_of(path);
+        let Some(own) = layer_of(&module) else {
+            problems.push(format!(
+                "{}: module `{module}` is in no layer",
+                path.display()
+            ));
+            continue;
+        };
+        for (line, target) in references(source) {
+            if target == module {
+                continue;
+            }
+            match layer_of(&target) {
+                Some(layer) if layer < own => {}
+                Some(layer) => problems.push(format!(
+                    "{}:{line}: `{module}` (layer {own}) imports `{target}` (layer {layer}): \
+                     only lower layers may be imported",
+                    path.display()
+                )),
+                // An item the crate root re-exports (`crate::Frugal`) hides where it lives.
+                None => problems.push(format!(
+                    "{}:{line}: `crate::{target}` is not a module of a layer: import it from \
+                     the module that defines it",
+                    path.display()
+                )),
+            }
+        }
+    }
+    problems
+}
+
+fn sources(dir: &Path, root: &Path, out: &mut Vec<(PathBuf, String)>) {
+    for entry in std::fs::read_dir(dir).expect("readable src") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            sources(&path, root, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).expect("a readable source");
+            out.push((path.strip_prefix(root).unwrap().to_path_buf(), text));
+        }
+    }
+}
+
+#[test]
+fn every_module_imports_only_from_layers_below_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &root, &mut files);
+    assert!(files.len() > 30, "found only {} sources", files.len());
+    let problems = violations(&files);
+    assert!(
+        problems.is_empty(),
+        "layering broken:\n{}",
+        problems.join("\n")
+    );
+    // Every layer's module exists, so a renamed module cannot slip out of the check.
+    let modules: BTreeMap<String, ()> = files.iter().map(|(p, _)| (module_of(p), ())).collect();
+    for module in LAYERS.iter().flat_map(|l| l.iter()) {
+        assert!(modules.contains_key(*module), "no module `{module}` in src");
+    }
+}
+
+#[test]
+fn the_check_finds_an_upward_import_and_a_sibling_import() {
+    let planted = |path: &str, source: &str| vec![(PathBuf::from(path), source.to_string())];
+    assert_eq!(
+        violations(&planted("ledger/mod.rs", "use crate::ops::OpId;\n")).len(),
+        1
+    );
+    assert_eq!(
+        violations(&planted("engine/mod.rs", "x = $crate::autocast::plan();")).len(),
+        1
+    );
+    assert_eq!(
+        violations(&planted("ops/mod.rs", "use crate::{device::X, Frugal};")).len(),
+        1
+    );
+    assert!(violations(&planted("ops/mod.rs", "use crate::{device::X, tensor};")).is_empty());
+    assert!(
+        violations(&planted(
+            "remat/cell.rs",
+            "// see crate::ops\nuse crate::op::OpId;"
+        ))
+        .is_empty()
+    );
+}

@@ -1,0 +1,276 @@
+//! The planned budget: training steps repeat, the budget learns the step and scores tensors by
+//! their predicted next read, and the results stay those of no budget, bit for bit.
+//!
+//! - a learned step gives the same losses and parameters as no budget, and the same evictions
+//!   and recomputations every step;
+//! - new shapes break the learned step, which is learned again, and the budget holds meanwhile;
+//! - a budget lowered under a learned step is still kept, with the same bits.
+
+use std::sync::{Mutex, MutexGuard};
+
+use burn::backend::Autodiff;
+use burn::backend::ndarray::{NdArray, NdArrayDevice};
+use burn::module::Module;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::activation::gelu;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
+use frugal::{Frugal, Policy, RematStats, memory};
+
+type B = Autodiff<Frugal<NdArray>>;
+const DEVICE: NdArrayDevice = NdArrayDevice::Cpu;
+
+/// Tests share the device's budget: one at a time, and none left behind.
+fn lock() -> MutexGuard<'static, ()> {
+    let guard = crate::serial();
+    memory::set_budget(&DEVICE, None);
+    memory::set_policy(&DEVICE, Policy::default());
+    guard
+}
+
+#[derive(Module, Debug)]
+struct Net<B: Backend> {
+    layers: Vec<Linear<B>>,
+}
+
+impl<B: Backend> Net<B> {
+    fn new(device: &B::Device) -> Self {
+        let widths = [32, 96, 96, 96, 8];
+        Self {
+            layers: widths
+                .windows(2)
+                .map(|w| LinearConfig::new(w[0], w[1]).init(device))
+                .collect(),
+        }
+    }
+
+    fn forward(&self, mut x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let last = self.layers.len() - 1;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(x);
+            if i < last {
+                x = gelu(x);
+            }
+        }
+        x
+    }
+}
+
+fn batch(rows: usize, cols: usize, seed: u64) -> TensorData {
+    let values: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            let v = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed.wrapping_mul(31);
+            ((v >> 40) % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect();
+    TensorData::new(values, [rows, cols])
+}
+
+/// What one training run gives: each step's loss, the final parameters, and each step's
+/// budget counters.
+struct Run {
+    losses: Vec<u32>,
+    params: Vec<u32>,
+    per_step: Vec<RematStats>,
+    most_live: u64,
+}
+
+/// Trains `Net` with Adam for one step per entry of `rows` (the batch size of that step),
+/// applying `budget_at(step)` before each step.
+fn train(rows: &[usize], budget_at: impl Fn(usize) -> Option<u64>) -> Run {
+    B::seed(&DEVICE, 7);
+    let mut model = Net::<B>::new(&DEVICE);
+    let mut optim = AdamConfig::new().init::<B, Net<B>>();
+    let mut run = Run {
+        losses: Vec::new(),
+        params: Vec::new(),
+        per_step: Vec::new(),
+        most_live: 0,
+    };
+    for (step, &n) in rows.iter().enumerate() {
+        memory::set_budget(&DEVICE, budget_at(step));
+        let before = memory::remat_stats(&DEVICE);
+        let x = Tensor::<B, 2>::from_data(batch(n, 32, step as u64 % 4), &DEVICE);
+        let y = Tensor::<B, 2>::from_data(batch(n, 8, 100 + step as u64 % 4), &DEVICE);
+        let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
+        run.losses.push(loss.clone().into_scalar().to_bits());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(1e-3, model, grads);
+        run.most_live = run.most_live.max(memory::live_bytes(&DEVICE));
+        run.per_step
+            .push(memory::remat_stats(&DEVICE).since(&before));
+    }
+    memory::set_budget(&DEVICE, None);
+    for layer in &model.layers {
+        let data = layer.weight.val().into_data();
+        run.params
+            .extend(data.as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()));
+    }
+    run
+}
+
+/// The peak live bytes of an unbudgeted run over `rows`, above what was live before.
+fn unconstrained(rows: &[usize]) -> (u64, u64, Run) {
+    let base = memory::live_bytes(&DEVICE);
+    memory::reset_peak(&DEVICE);
+    let run = train(rows, |_| None);
+    (base, memory::peak_bytes(&DEVICE) - base, run)
+}
+
+#[test]
+fn a_learned_step_replays_with_the_same_bits_and_choices_as_no_budget() {
+    let _serial = lock();
+    let rows = [64; 14];
+    let (base, peak, free) = unconstrained(&rows);
+    let budget = base + peak / 3;
+    // The plan's own choices, without forward segments.
+    let unsegmented = Policy {
+        forward_segments: false,
+        ..Policy::default()
+    };
+    memory::set_policy(&DEVICE, unsegmented);
+    let planned = train(&rows, |_| Some(budget));
+    memory::set_policy(&DEVICE, Policy::default());
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    assert!(
+        planned.most_live <= budget,
+        "{} > {budget}",
+        planned.most_live
+    );
+    let last = planned.per_step.last().unwrap();
+    assert!(last.plan_period > 0, "no step learned: {last:?}");
+    assert!(last.planned_rounds > 0, "the plan never chose: {last:?}");
+    assert!(last.recomputes > 0, "nothing recomputed: {last:?}");
+    // Once the step is learned, every step evicts and recomputes the same tensors.
+    let steady = &planned.per_step[8..];
+    for stats in steady {
+        assert_eq!(
+            (stats.evictions, stats.recomputes, stats.offloads),
+            (
+                steady[0].evictions,
+                steady[0].recomputes,
+                steady[0].offloads
+            ),
+            "{steady:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
+    let _serial = lock();
+    let rows = [64; 10];
+    let (base, peak, free) = unconstrained(&rows);
+    let budget = base + peak / 3;
+    assert!(
+        Policy::default().forward_segments,
+        "segments are the default"
+    );
+    let planned = train(&rows, |_| Some(budget));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    assert!(planned.most_live <= budget);
+    let last = planned.per_step.last().unwrap();
+    assert!(last.plan_segments >= 2, "no segments: {last:?}");
+    assert!(last.plan_segment_bytes > 0, "{last:?}");
+    // The segments were sized by simulating the recorded step under them.
+    assert!(last.plan_estimated_peak > base, "{last:?}");
+    let total: u64 = planned.per_step.iter().map(|s| s.segment_plans).sum();
+    assert!(total >= 1, "{:#?}", planned.per_step);
+    // Segments evict at their ends: the steps under them recompute.
+    assert!(last.recomputes > 0, "{last:?}");
+}
+
+#[test]
+fn new_shapes_break_the_learned_step_and_the_budget_holds_meanwhile() {
+    let _serial = lock();
+    let rows: Vec<usize> = [64; 8].into_iter().chain([48; 10]).collect();
+    let (base, peak, free) = unconstrained(&rows);
+    let budget = base + peak / 3;
+    let planned = train(&rows, |_| Some(budget));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    assert!(
+        planned.most_live <= budget,
+        "{} > {budget}",
+        planned.most_live
+    );
+    let at_switch = planned.per_step[7];
+    let last = planned.per_step.last().unwrap();
+    assert!(at_switch.plan_period > 0, "{at_switch:?}");
+    assert!(
+        last.plan_period > 0,
+        "the new step was not learned: {last:?}"
+    );
+    // The first step of new shapes breaks the learned step.
+    assert!(last.replans > at_switch.replans, "{last:?}");
+}
+
+#[test]
+fn a_budget_lowered_under_a_learned_step_is_kept_with_the_same_bits() {
+    let _serial = lock();
+    let rows = [64; 12];
+    let (base, peak, free) = unconstrained(&rows);
+    let (high, low) = (base + peak / 2, base + peak / 4);
+    let planned = train(&rows, |step| Some(if step < 6 { high } else { low }));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    assert!(planned.per_step[5].plan_period > 0);
+    assert!(memory::live_bytes(&DEVICE) <= high);
+}
+
+/// Keeps the messages Frugal logs, for the test below (the logger is process-wide).
+struct Captured(Mutex<Vec<(log::Level, String)>>);
+
+impl log::Log for Captured {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.target().starts_with("frugal")
+    }
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            let mut lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            lines.push((record.level(), record.args().to_string()));
+        }
+    }
+    fn flush(&self) {}
+}
+
+static CAPTURED: Captured = Captured(Mutex::new(Vec::new()));
+
+#[test]
+fn budget_decisions_and_the_learned_step_are_logged() {
+    let _serial = lock();
+    log::set_logger(&CAPTURED).expect("no other logger in this test binary");
+    log::set_max_level(log::LevelFilter::Debug);
+    let rows = [64; 8];
+    let (base, peak, _) = unconstrained(&rows);
+    let budget = base + peak / 3;
+    CAPTURED.0.lock().unwrap().clear();
+    let run = train(&rows, |_| Some(budget));
+    log::set_max_level(log::LevelFilter::Off);
+    let lines = std::mem::take(&mut *CAPTURED.0.lock().unwrap());
+    let budget_text = frugal::format_bytes(budget);
+    let with = |level: log::Level, text: &str| {
+        lines
+            .iter()
+            .filter(|(l, line)| *l == level && line.contains(text))
+            .count()
+    };
+    assert!(
+        with(log::Level::Info, &format!("memory budget of {budget_text}")) > 0,
+        "{lines:#?}"
+    );
+    let evictions: u64 = run.per_step.iter().map(|s| s.evictions).sum();
+    assert!(evictions > 0);
+    assert!(
+        with(log::Level::Debug, &format!("budget {budget_text} on ")) > 0,
+        "no eviction round logged: {lines:#?}"
+    );
+    assert!(
+        with(log::Level::Debug, "step plan: a step of") > 0,
+        "the learned step is not logged: {lines:#?}"
+    );
+}

@@ -1,0 +1,178 @@
+//! Training that does not die of out-of-memory: gradient accumulation gives the whole batch's
+//! losses with a smaller peak, a step that runs out of memory mid-run is retried from its
+//! start with half the micro-batch and then matches a run that used that micro-batch from
+//! there on, bit for bit, and `--fit` picks a configuration that stays under its limit.
+//!
+//! One test function: NdArray's seed is process-wide, so runs must not interleave.
+
+use crate::common::{args, bits};
+use burn::backend::NdArray;
+use frugal::memory;
+use gpt::run::{StepLog, TrainArgs, train, train_observed};
+
+/// A run with a batch of 8 (so it can be halved three times) and the given extra flags.
+fn run(out: &std::path::Path, steps: u64, extra: &[&str]) -> TrainArgs {
+    let mut flags = args(out, steps, extra);
+    flags.batch = 8;
+    flags
+}
+
+fn peak(log: &[StepLog]) -> u64 {
+    log.iter().map(|s| s.peak_bytes).max().unwrap()
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn accumulation_recovery_and_fit() {
+    let _serial = crate::serial();
+    let root = std::env::temp_dir().join(format!("gpt-oom-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let device = Default::default();
+
+    // Accumulation: the same losses up to f32 summation order, less memory.
+    let whole = train::<NdArray>(&run(&root.join("whole"), 3, &[]), device).unwrap();
+    for n in ["2", "4"] {
+        let split = train::<NdArray>(
+            &run(&root.join(format!("acc{n}")), 3, &["--accumulate", n]),
+            device,
+        )
+        .unwrap();
+        for (a, b) in whole.iter().zip(&split) {
+            assert!(
+                (a.loss - b.loss).abs() <= 1e-5 * a.loss.abs(),
+                "--accumulate {n}, step {}: {} vs {}",
+                a.step,
+                a.loss,
+                b.loss
+            );
+            assert_eq!(b.micro_batches, n.parse::<usize>().unwrap());
+        }
+        assert!(
+            peak(&split) < peak(&whole),
+            "--accumulate {n} peaked at {} B, the whole batch at {} B",
+            peak(&split),
+            peak(&whole)
+        );
+    }
+    let err =
+        train::<NdArray>(&run(&root.join("bad"), 1, &["--accumulate", "3"]), device).unwrap_err();
+    assert!(
+        err.contains("--accumulate 3") && err.contains("--batch 8"),
+        "{err}"
+    );
+
+    // Recovery: from step 2 on, a budget too small for the whole batch. The run starts under a
+    // large budget so that every tensor is managed, and only recomputes, so that what cannot
+    // be recomputed (parameters, optimizer state, the residual stream) must stay: a budget
+    // below that fails. Budgets are tried from large to small until one makes step 2 fail at
+    // micro-batches of 8 and pass at 4 or less.
+    let shrink_at = 2;
+    let mut recovered = None;
+    for kib in (16..=512u64).rev().step_by(4) {
+        let out = root.join(format!("recover-{kib}"));
+        let flags = [
+            "--budget",
+            "1GiB",
+            "--evict",
+            "recompute",
+            "--save-every",
+            "2",
+        ];
+        let result = train_observed::<NdArray>(&run(&out, 5, &flags), device, |step, device| {
+            if step == shrink_at {
+                memory::set_budget(device, Some(kib << 10));
+            }
+        });
+        if let Ok(log) = result
+            && log[shrink_at as usize].micro_batches > 1
+        {
+            recovered = Some((out, log));
+            break;
+        }
+    }
+    let (out, log) = recovered.expect("some budget makes step 2 recover");
+    assert!(
+        log[..shrink_at as usize]
+            .iter()
+            .all(|s| s.micro_batches == 1)
+    );
+    let after = log[shrink_at as usize].micro_batches;
+    assert!(
+        log[shrink_at as usize..]
+            .iter()
+            .all(|s| s.micro_batches == after)
+    );
+    // The same run resumed from its step-2 checkpoint with that micro-batch from the start:
+    // the same losses, bit for bit.
+    let saved = root.join("from-2");
+    copy_dir(
+        &out.join("checkpoints/step-00000002"),
+        &saved.join("checkpoints/step-00000002"),
+    );
+    let resumed = train::<NdArray>(
+        &run(&saved, 5, &["--resume", "--accumulate", &after.to_string()]),
+        device,
+    )
+    .unwrap();
+    assert_eq!(
+        bits(&resumed[shrink_at as usize..]),
+        bits(&log[shrink_at as usize..]),
+        "losses after recovering at micro-batches of {}",
+        8 / after
+    );
+    // Without recovery, the same failure ends the run with the message.
+    let kib = out
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .trim_start_matches("recover-")
+        .parse::<u64>()
+        .unwrap();
+    let err = train_observed::<NdArray>(
+        &run(
+            &root.join("no-recover"),
+            5,
+            &["--budget", "1GiB", "--evict", "recompute", "--no-recover"],
+        ),
+        device,
+        |step, device| {
+            if step == shrink_at {
+                memory::set_budget(device, Some(kib << 10));
+            }
+        },
+    )
+    .unwrap_err();
+    assert!(
+        err.starts_with("step 2 failed") && err.contains("memory budget"),
+        "{err}"
+    );
+
+    // --fit under 60% of the whole batch's peak: a configuration that stays under it.
+    let limit = peak(&whole) * 6 / 10;
+    let limit_flag = limit.to_string();
+    let fitted = train::<NdArray>(
+        &run(&root.join("fit"), 3, &["--fit", "--budget", &limit_flag]),
+        device,
+    )
+    .unwrap();
+    assert!(
+        peak(&fitted) <= limit,
+        "--fit peaked at {} B over its limit of {limit} B",
+        peak(&fitted)
+    );
+    let err = train::<NdArray>(&run(&root.join("fit-bad"), 1, &["--fit"]), device).unwrap_err();
+    assert!(err.contains("--fit") && err.contains("--budget"), "{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -1,0 +1,10 @@
+//! The kernels' tests, in one binary (each file below was its own binary): on wgpu when that
+//! feature is on (CI, Mesa's lavapipe), else on CUDA with the `cuda` feature (a GPU machine).
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod common;
+
+mod adamw8bit;
+mod burn_cast;
+mod casts;
+mod unscale;

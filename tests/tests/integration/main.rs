@@ -1,0 +1,17 @@
+//! The differential and coverage tests, in one binary: each file below was its own binary,
+//! and each compiled its own copy of every op on every backend.
+//!
+//! Frugal's call counters, the kernel mode and NdArray's seed are process-wide, so every test
+//! takes [`serial`] first.
+
+mod adamw8bit;
+mod coverage;
+mod differential;
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The process-wide turn (a failed test's poisoned lock is taken all the same).
+pub fn serial() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(PoisonError::into_inner)
+}
