@@ -6,7 +6,10 @@
 # 'third' is a third of the peak of the previous gpt run in the same call).
 set -u
 cd "$(dirname "$0")"
-[ -f cubecl-cache.tgz ] && (cd .. && tar xzf .gpu/cubecl-cache.tgz)
+# CubeCL's autotune cache and frugal-cuda's compiled kernels, carried from the last call (a
+# warm machine keeps both under target/ anyway).
+export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
+[ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ] && (cd .. && tar xzf .gpu/cubecl-cache.tgz)
 for f in peak-memory gpt; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 if [ -n "${TORCH:-}" ]; then
@@ -50,4 +53,5 @@ for l in open(os.environ['OUT'] + '/frugal.jsonl'):
           {k: a.get(k) for k in ['peak_reserved_bytes','peak_allocated_bytes']},
           [round(x, 1) for x in d.get('step_ms', [])], [round(x, 6) for x in d.get('losses', [])])
 PY
-(cd .. && tar czf $OUT/cubecl-cache.tgz target/autotune 2>/dev/null)
+(cd .. && tar czf $OUT/cubecl-cache.tgz target/autotune target/frugal-cuda-kernels 2>/dev/null)
+ls -la $OUT/cubecl-cache.tgz
