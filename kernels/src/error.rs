@@ -48,6 +48,15 @@ pub enum KernelError {
         /// The largest accepted block size.
         max: usize,
     },
+    /// An argument is outside what the kernel takes (a size, a head dimension, a scale).
+    InvalidArgument {
+        /// Which argument (for example `"head_dim"`).
+        what: String,
+        /// The value given.
+        value: String,
+        /// What is accepted, and what to change.
+        accepted: String,
+    },
     /// Reading a result back from the device failed.
     Read(String),
 }
@@ -90,6 +99,11 @@ impl fmt::Display for KernelError {
                 f,
                 "block size {block_size} is not accepted (accepted: a multiple of 4 in 4..={max})"
             ),
+            KernelError::InvalidArgument {
+                what,
+                value,
+                accepted,
+            } => write!(f, "{what} = {value} is not accepted (accepted: {accepted})"),
             KernelError::Read(msg) => write!(f, "reading from the device failed: {msg}"),
         }
     }

@@ -1,4 +1,5 @@
-//! CubeCL kernels for Frugal: mixed precision casts and unscaling, and the 8-bit AdamW update.
+//! CubeCL kernels for Frugal: mixed precision casts and unscaling, the 8-bit AdamW update, and
+//! flash attention.
 //!
 //! Every kernel is generic over the CubeCL runtime `R` and works on contiguous device buffers:
 //! a cubecl [`Handle`](cubecl::server::Handle) plus an element count. The host-side functions
@@ -15,6 +16,10 @@
 //! - [`adamw8bit_update`]: one AdamW step on 8-bit block-wise quantised moments (dequantise
 //!   both, update, write the parameter, requantise), in place, in one launch.
 //!
+//! - [`attention`]: flash attention, forward (with each query row's logsumexp) and backward
+//!   (dQ, dK, dV), causal or not, with an optional additive bias: training attention without
+//!   storing the `seq × seq` scores.
+//!
 //! Loads and stores are vectorised with the widest vector size the runtime favours for the
 //! element type that divides the length (falling back to 1).
 #![warn(missing_docs)]
@@ -24,6 +29,7 @@
 pub use cubecl;
 
 mod adamw8bit;
+pub mod attention;
 mod cast;
 mod dtype;
 mod error;

@@ -150,6 +150,11 @@ struct Args {
     /// (`frugal::Policy::forward_segments` off).
     #[arg(long)]
     no_segments: bool,
+    /// Every configuration computes attention with `frugal::nn::attention` (flash attention
+    /// under `Autodiff<Frugal<_>>`, the written-out attention on plain Burn) instead of written
+    /// out.
+    #[arg(long)]
+    fused_attention: bool,
     /// When Frugal runs its own CubeCL kernels (casts, compressed storage) instead of the inner
     /// backend's ops: auto (not for casts under fusion), always, never.
     #[arg(long, value_enum, default_value = "auto")]
@@ -324,6 +329,10 @@ struct Line {
     /// `--kernels` and how many casts Frugal's own kernel ran (all steps; 0 for plain Burn).
     kernels: String,
     kernel_casts: u64,
+    /// Whether attention went through `frugal::nn::attention` (`--fused-attention`).
+    fused_attention: bool,
+    /// Forward and backward passes of Frugal's flash-attention kernels in this run.
+    attention_kernel_passes: u64,
     /// `--optimizer`, and how many 8-bit AdamW updates Frugal's fused kernel made (all steps).
     optimizer: String,
     adamw8bit_kernel_updates: u64,
@@ -798,7 +807,8 @@ fn run<A: AutodiffBackend>(
         allocator_trace(&device, path, true);
     }
     let kernels_before = frugal::kernels::stats();
-    let gpt = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers);
+    let gpt = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers)
+        .with_fused_attention(args.fused_attention);
     let mut settings = config.memory_settings(budget, args.scopes_keep_products);
     settings.no_plan = args.no_plan;
     settings.no_segments = args.no_segments;
@@ -943,6 +953,11 @@ fn run<A: AutodiffBackend>(
         losses,
         kernels: format!("{:?}", args.kernels).to_lowercase(),
         kernel_casts: frugal::kernels::stats().casts - kernels_before.casts,
+        fused_attention: args.fused_attention,
+        attention_kernel_passes: frugal::kernels::stats().attention_forwards
+            + frugal::kernels::stats().attention_backwards
+            - kernels_before.attention_forwards
+            - kernels_before.attention_backwards,
         optimizer: format!("{:?}", args.optimizer).to_lowercase(),
         adamw8bit_kernel_updates: frugal::kernels::stats().adamw8bit_launches
             - kernels_before.adamw8bit_launches,

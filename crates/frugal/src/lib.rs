@@ -44,6 +44,7 @@ mod checkpoint;
 mod fit;
 pub mod memory;
 mod memory_viz; // 10: PyTorch's memory_viz file of a snapshot
+pub mod nn; // 9: attention without s² storage, a MultiHeadAttention drop-in
 pub mod optim; // 10: the 8-bit AdamW
 pub mod precision;
 mod report;

@@ -124,6 +124,19 @@ fn parse_budget(value: &str) -> Result<Option<BudgetSize>, String> {
 }
 
 /// Train a GPT-style model on Autodiff<Frugal<B>> and report exactly where its memory goes.
+/// How each block computes attention.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum AttentionKind {
+    /// `frugal::nn::attention`: flash attention (CubeCL kernels on CUDA and wgpu, a block-wise
+    /// path on the CPU) that keeps q, k, v, the output and a logsumexp per row for the
+    /// backward pass, not the `seq × seq` scores and probabilities.
+    #[default]
+    Fused,
+    /// Scores, mask, softmax and product as separate ops (what PyTorch's `fp32_math` does):
+    /// the scores and probabilities stay on the device until the backward pass.
+    WrittenOut,
+}
+
 #[derive(Parser, Debug, Clone)]
 #[command(name = "gpt", version)]
 pub struct TrainArgs {
@@ -207,6 +220,9 @@ pub struct TrainArgs {
     /// `frugal::Policy::forward_segments`).
     #[arg(long)]
     pub no_segments: bool,
+    /// How attention is computed.
+    #[arg(long, value_enum, default_value_t = AttentionKind::Fused)]
+    pub attention: AttentionKind,
     /// Dynamic loss scaling (`frugal::GradScaler`, PyTorch's defaults: scale 65536, doubled
     /// after 2,000 clean steps, halved and the step skipped when a gradient is inf or NaN).
     /// Meant for f16 training; in f32 the power-of-two scale gives the same losses. Its state

@@ -1,6 +1,8 @@
 //! The GPT of `shared/anchors/torch_gpt.py`, in Burn: token and learned position embeddings,
-//! pre-norm blocks of causal self-attention (written out, scores materialised, like the
-//! `fp32_math` configuration) and a 4x GELU MLP, a final LayerNorm and an untied head.
+//! pre-norm blocks of causal self-attention and a 4x GELU MLP, a final LayerNorm and an untied
+//! head. Attention is written out (scores materialised, like the `fp32_math` configuration)
+//! unless [`GptConfig::fused_attention`] asks for [`frugal::nn::attention`], which keeps no
+//! `seq × seq` tensor for the backward pass under `Autodiff<Frugal<_>>`.
 
 use burn::config::Config;
 use burn::module::Module;
@@ -25,6 +27,11 @@ pub struct GptConfig {
     pub heads: usize,
     /// Blocks.
     pub layers: usize,
+    /// Attention through [`frugal::nn::attention`] (flash attention's kernels on CubeCL
+    /// backends, its block-wise portable path elsewhere; the written-out attention on
+    /// backends without Frugal) instead of written out.
+    #[config(default = false)]
+    pub fused_attention: bool,
 }
 
 /// One pre-norm transformer block.
@@ -38,6 +45,7 @@ pub struct Block<B: Backend> {
     fc2: Linear<B>,
     gelu: Gelu,
     heads: usize,
+    fused_attention: bool,
 }
 
 impl<B: Backend> Block<B> {
@@ -52,6 +60,7 @@ impl<B: Backend> Block<B> {
             fc2: LinearConfig::new(4 * d, d).init(device),
             gelu: Gelu::new(),
             heads: config.heads,
+            fused_attention: config.fused_attention,
         }
     }
 
@@ -67,9 +76,13 @@ impl<B: Backend> Block<B> {
                 .swap_dims(1, 2)
         };
         let (q, k, v) = (split(0), split(1), split(2));
-        let scores = q.matmul(k.swap_dims(2, 3)).div_scalar((hd as f64).sqrt());
-        let scores = scores.mask_fill(causal, f32::NEG_INFINITY);
-        let y = softmax(scores, 3).matmul(v);
+        let y = if self.fused_attention {
+            frugal::nn::attention(q, k, v, frugal::nn::AttentionOptions::causal())
+        } else {
+            let scores = q.matmul(k.swap_dims(2, 3)).div_scalar((hd as f64).sqrt());
+            let scores = scores.mask_fill(causal, f32::NEG_INFINITY);
+            softmax(scores, 3).matmul(v)
+        };
         let y = y.swap_dims(1, 2).reshape([b, t, d]);
         let x = x + self.proj.forward(y);
         let h = self.fc2.forward(

@@ -15,6 +15,7 @@ pub use crate::report::StepLog;
 
 use crate::Ad;
 use crate::checkpoint::{self, Resumed};
+use crate::cli::AttentionKind;
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
     device_stopped, failure_reason, first_line, halved_micro_batch, is_out_of_memory,
@@ -124,7 +125,8 @@ pub fn train_observed<B: Backend>(
         None => Corpus::generated(400_000, args.seed),
     };
     corpus.batch(args.seed, 0, 1, args.seq)?;
-    let config = GptConfig::new(BYTE_VOCAB, args.seq, args.d_model, args.heads, args.layers);
+    let config = GptConfig::new(BYTE_VOCAB, args.seq, args.d_model, args.heads, args.layers)
+        .with_fused_attention(args.attention == AttentionKind::Fused);
     <Ad<B> as Backend>::seed(&device, args.seed);
     // Under a budget too small for the parameters and their first update, creating them
     // panics; say so as for a step.

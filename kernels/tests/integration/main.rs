@@ -5,6 +5,7 @@
 mod common;
 
 mod adamw8bit;
+mod attention;
 mod burn_cast;
 mod casts;
 mod unscale;

@@ -5,6 +5,8 @@
 //! takes [`serial`] first.
 
 mod adamw8bit;
+#[cfg(feature = "wgpu")]
+mod attention;
 mod coverage;
 mod differential;
 

@@ -14,6 +14,9 @@
 //! - **casts** between f32, f16 and bf16 (`float_cast`: autocast's casts and the user's own),
 //!   vectorised;
 //! - **compressed storage** (the budget's `Compress` action and the cast back on a read);
+//! - **attention** (`frugal::nn::attention` under `Autodiff<Frugal<B>>`): flash attention's
+//!   forward (output and logsumexp) and backward (dQ, dK, dV), so no `seq × seq` tensor is
+//!   stored; one custom operation each under fusion;
 //! - **[`crate::GradScaler::unscale`]**: one fused unscale-and-check launch per group of f32
 //!   gradients with the found-inf flag kept on the device, and the fused widen-and-scale cast
 //!   for 16-bit gradients;
@@ -84,6 +87,10 @@ pub struct KernelStats {
     pub adamw8bit_launches: u64,
     /// Of those, registered as a custom operation of Burn's fusion (counted when registered).
     pub fused_adamw8bit: u64,
+    /// Attention forward passes run by Frugal's flash-attention kernels.
+    pub attention_forwards: u64,
+    /// Attention backward passes run by Frugal's flash-attention kernels.
+    pub attention_backwards: u64,
 }
 
 pub(crate) static CASTS: AtomicU64 = AtomicU64::new(0);
@@ -93,6 +100,10 @@ pub(crate) static UNSCALE_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static UNSCALED_TENSORS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static ADAMW8BIT_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static FUSED_ADAMW8BIT: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static ATTENTION_FORWARDS: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static ATTENTION_BACKWARDS: AtomicU64 = AtomicU64::new(0);
 
 /// Reads the [`KernelStats`] counters.
 pub fn stats() -> KernelStats {
@@ -104,6 +115,8 @@ pub fn stats() -> KernelStats {
         unscaled_tensors: UNSCALED_TENSORS.load(Relaxed),
         adamw8bit_launches: ADAMW8BIT_LAUNCHES.load(Relaxed),
         fused_adamw8bit: FUSED_ADAMW8BIT.load(Relaxed),
+        attention_forwards: ATTENTION_FORWARDS.load(Relaxed),
+        attention_backwards: ATTENTION_BACKWARDS.load(Relaxed),
     }
 }
 
@@ -151,3 +164,87 @@ pub(crate) fn cast_for<B: Backend>(
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 pub(crate) mod cube;
+
+/// Masking and scale of one attention call, as the kernels take them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct AttentionCall {
+    /// Keys after the query are masked.
+    pub(crate) causal: bool,
+    /// The factor on `q kᵀ`.
+    pub(crate) scale: f32,
+}
+
+/// Flash attention's forward on inner primitives: `(out, lse)` with `lse` f32 `[b, h, sq]`,
+/// when they are CubeCL tensors of a known runtime the kernels take (else `None`).
+#[allow(clippy::type_complexity)]
+pub(crate) fn attention_forward<B: Backend>(
+    q: &B::FloatTensorPrimitive,
+    k: &B::FloatTensorPrimitive,
+    v: &B::FloatTensorPrimitive,
+    bias: Option<&B::FloatTensorPrimitive>,
+    call: AttentionCall,
+) -> Option<(B::FloatTensorPrimitive, B::FloatTensorPrimitive)> {
+    let mut outputs = attention_run::<B>(vec![q, k, v], bias, call, false)?.into_iter();
+    Some((outputs.next()?, outputs.next()?))
+}
+
+/// Flash attention's backward on inner primitives: `(grad_q, grad_k, grad_v)`, as
+/// [`attention_forward`].
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub(crate) fn attention_backward<B: Backend>(
+    q: &B::FloatTensorPrimitive,
+    k: &B::FloatTensorPrimitive,
+    v: &B::FloatTensorPrimitive,
+    bias: Option<&B::FloatTensorPrimitive>,
+    out: &B::FloatTensorPrimitive,
+    lse: &B::FloatTensorPrimitive,
+    grad_out: &B::FloatTensorPrimitive,
+    call: AttentionCall,
+) -> Option<(
+    B::FloatTensorPrimitive,
+    B::FloatTensorPrimitive,
+    B::FloatTensorPrimitive,
+)> {
+    let mut inputs = vec![q, k, v];
+    let tail = [out, lse, grad_out];
+    let mut outputs =
+        attention_run::<B>(inputs.drain(..).chain(tail).collect(), bias, call, true)?.into_iter();
+    Some((outputs.next()?, outputs.next()?, outputs.next()?))
+}
+
+/// Runs the kernels on `inputs` (q, k, v, then the backward's out, lse and grad_out), with
+/// the bias inserted after v.
+fn attention_run<B: Backend>(
+    inputs: Vec<&B::FloatTensorPrimitive>,
+    bias: Option<&B::FloatTensorPrimitive>,
+    call: AttentionCall,
+    backward: bool,
+) -> Option<Vec<B::FloatTensorPrimitive>> {
+    if mode() == KernelMode::Never {
+        return None;
+    }
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    {
+        let mut all: Vec<B::FloatTensorPrimitive> =
+            inputs[..3].iter().map(|t| (*t).clone()).collect();
+        all.extend(bias.cloned());
+        all.extend(inputs[3..].iter().map(|t| (*t).clone()));
+        let mut slot = attention::Slot {
+            inputs: all,
+            has_bias: bias.is_some(),
+            outputs: None,
+        };
+        if attention::run(&mut slot, &call, backward) {
+            return slot.outputs;
+        }
+        None
+    }
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    {
+        let _ = (inputs, bias, call, backward);
+        None
+    }
+}
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod attention;

@@ -18,6 +18,7 @@
 //! instead of being charged again, so a buffer is never counted twice.
 
 mod activation;
+pub(crate) mod attention;
 mod backend;
 mod bool;
 pub(crate) mod convert;
@@ -535,7 +536,8 @@ macro_rules! state_of {
     (VBo $a:ident $($rest:tt)*) => { $crate::ops::state_of!(VF $a $($rest)*) };
     (VQ $a:ident $($rest:tt)*) => { $crate::ops::state_of!(VF $a $($rest)*) };
     (TP $a:ident $($rest:tt)*) => { $crate::ops::convert::primitive_state::<B>(&$a) };
-    (D $a:ident $($rest:tt)*) => { $crate::device::DeviceState::of_device($a) };
+    // A device argument: also where `Frugal<B>` registers its attention (`attention.rs`).
+    (D $a:ident $($rest:tt)*) => { $crate::ops::attention::device_state::<B, _>($a) };
     ($other:tt $a:ident $($rest:tt)*) => { $crate::ops::state_of!($($rest)*) };
 }
 pub(crate) use state_of;

@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["tensor"],
     &["backend"],
     &["ops"],
-    &["checkpoint", "precision", "report"],
+    &["checkpoint", "nn", "precision", "report"],
     &["accumulate", "memory", "memory_viz", "optim", "scaler"],
     &["fit", "train"],
     &["lib"],

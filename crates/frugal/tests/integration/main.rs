@@ -8,6 +8,7 @@
 //! logger and panic hook.
 
 mod adamw8bit;
+mod attention;
 mod autocast;
 mod budget_cnn;
 mod budget_props;

@@ -1,0 +1,488 @@
+//! Attention without `seq × seq` storage for `Frugal<B>`, and the registry through which
+//! `crate::nn::attention::<B>`, generic over any backend, finds it.
+//!
+//! - **The autodiff op** (`Autodiff<Frugal<B>, C>`, for both of the checkpoint strategies
+//!   Burn ships): one autodiff node whose state is q, k, v, the output and each query row's
+//!   logsumexp. Forward and backward run Frugal's flash-attention kernels when `B`'s float
+//!   primitive is a CubeCL tensor of a runtime this build knows (with or without fusion),
+//!   else the portable path below.
+//! - **The portable path**, on `Frugal<B>`'s own ops (so every tensor it creates is charged,
+//!   managed and replayable like any other op's): the forward and the backward computed per
+//!   block of query rows, the probabilities recomputed per block from the logsumexp.
+//! - **Autocast**: the call follows the policy's entry for `attention` (q, k, v cast to the low
+//!   type, the output cast back), and the state keeps the cast inputs.
+//! - **The registry**: `Frugal<B>` registers its implementations, keyed by the `TypeId` of
+//!   `Frugal<B>` and `Autodiff<Frugal<B>, C>`, the first time it is asked for a device state
+//!   from a device argument (every tensor is created from one, so before any attention call).
+
+use std::any::{Any, TypeId};
+use std::marker::PhantomData;
+use std::sync::RwLock;
+
+use burn_autodiff::{
+    Autodiff,
+    checkpoint::{
+        base::Checkpointer,
+        strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing},
+    },
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn_backend::{
+    Backend, DType, DeviceOps, TensorMetadata, TensorPrimitive, tensor::FloatTensor,
+};
+use burn_tensor::{Bool, Int, Tensor};
+
+use crate::autocast::{DtypeSet, plan};
+use crate::backend::Frugal;
+use crate::device::DeviceState;
+use crate::kernels::{self, AttentionCall};
+use crate::op::families::module::{Op, op};
+use crate::ops::convert::cast_to;
+use crate::remat::FloatKind;
+use crate::tensor::FrugalTensor;
+
+/// One attention call handed through the registry: the primitives of the caller's backend,
+/// boxed, and the options.
+pub(crate) struct AttentionArgs {
+    pub(crate) q: Box<dyn Any>,
+    pub(crate) k: Box<dyn Any>,
+    pub(crate) v: Box<dyn Any>,
+    pub(crate) bias: Option<Box<dyn Any>>,
+    pub(crate) causal: bool,
+    pub(crate) scale: f64,
+}
+
+/// An implementation: takes the arguments of its backend, returns the output primitive boxed.
+pub(crate) type Entry = fn(AttentionArgs) -> Box<dyn Any>;
+
+static REGISTRY: RwLock<Vec<(TypeId, Entry)>> = RwLock::new(Vec::new());
+
+/// The implementation registered for the backend with this `TypeId`, if any.
+pub(crate) fn lookup(backend: TypeId) -> Option<Entry> {
+    REGISTRY
+        .read()
+        .unwrap()
+        .iter()
+        .find(|(id, _)| *id == backend)
+        .map(|(_, entry)| *entry)
+}
+
+/// The state of `device`, registering `Frugal<B>`'s attention first if it is not yet.
+#[inline]
+pub(crate) fn device_state<B: Backend, D: DeviceOps + 'static>(device: &D) -> &'static DeviceState {
+    announce::<B>();
+    DeviceState::of_device(device)
+}
+
+/// Registers `Frugal<B>` and `Autodiff<Frugal<B>, C>` (both strategies) once.
+fn announce<B: Backend>() {
+    let id = TypeId::of::<Frugal<B>>();
+    if REGISTRY
+        .read()
+        .unwrap()
+        .iter()
+        .any(|(known, _)| *known == id)
+    {
+        return;
+    }
+    let mut registry = REGISTRY.write().unwrap();
+    if registry.iter().any(|(known, _)| *known == id) {
+        return;
+    }
+    registry.push((id, inference::<B>));
+    registry.push((
+        TypeId::of::<Autodiff<Frugal<B>, NoCheckpointing>>(),
+        autodiff::<B, NoCheckpointing>,
+    ));
+    registry.push((
+        TypeId::of::<Autodiff<Frugal<B>, BalancedCheckpointing>>(),
+        autodiff::<B, BalancedCheckpointing>,
+    ));
+}
+
+fn unbox<T: 'static>(value: Box<dyn Any>) -> T {
+    *value
+        .downcast::<T>()
+        .unwrap_or_else(|_| panic!("frugal: internal error: attention registered for another type"))
+}
+
+type Prim<B> = FloatTensor<Frugal<B>>;
+
+/// The entry for `Frugal<B>` without autodiff: the forward only.
+fn inference<B: Backend>(args: AttentionArgs) -> Box<dyn Any> {
+    let call = AttentionCall {
+        causal: args.causal,
+        scale: args.scale as f32,
+    };
+    let bias = args.bias.map(unbox::<Prim<B>>);
+    let (_, output) = forward::<B>(unbox(args.q), unbox(args.k), unbox(args.v), bias, call);
+    Box::new(output)
+}
+
+/// The entry for `Autodiff<Frugal<B>, C>`: one autodiff node.
+fn autodiff<B: Backend, C: CheckpointStrategy>(args: AttentionArgs) -> Box<dyn Any> {
+    type Ad<B, C> = Autodiff<Frugal<B>, C>;
+    let q: FloatTensor<Ad<B, C>> = unbox(args.q);
+    let k: FloatTensor<Ad<B, C>> = unbox(args.k);
+    let v: FloatTensor<Ad<B, C>> = unbox(args.v);
+    // The bias is a constant here (`crate::nn::attention` takes the written-out path when
+    // it needs a gradient).
+    let bias = args
+        .bias
+        .map(|b| unbox::<FloatTensor<Ad<B, C>>>(b).primitive);
+    let call = AttentionCall {
+        causal: args.causal,
+        scale: args.scale as f32,
+    };
+    let prep = AttentionBackward::<B>(PhantomData)
+        .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
+        .compute_bound()
+        .stateful();
+    let out = match prep {
+        OpsKind::Tracked(prep) => {
+            let (saved, output) = forward::<B>(q.primitive, k.primitive, v.primitive, bias, call);
+            prep.finish(saved, output)
+        }
+        OpsKind::UnTracked(prep) => {
+            let (_, output) = forward::<B>(q.primitive, k.primitive, v.primitive, bias, call);
+            prep.finish(output)
+        }
+    };
+    Box::new(out)
+}
+
+/// What the forward keeps for the backward: the (possibly autocast) inputs, the output before
+/// any cast back, the logsumexp, and the dtypes the gradients are given back in.
+#[derive(Clone, Debug)]
+struct Saved<B: Backend> {
+    q: Prim<B>,
+    k: Prim<B>,
+    v: Prim<B>,
+    bias: Option<Prim<B>>,
+    /// The output as computed (in the compute dtype).
+    out: Prim<B>,
+    /// Each query row's logsumexp: f32 `[b, h, sq]` from the kernels, `[b, h, sq, 1]` in the
+    /// compute dtype from the portable path.
+    lse: Prim<B>,
+    by_kernel: bool,
+    /// The dtypes of the caller's q, k and v, which their gradients take.
+    dtypes: [DType; 3],
+    call: AttentionCall,
+}
+
+/// The attention forward on `Frugal<B>` tensors, autocast applied: what the backward needs,
+/// and the output for the caller (cast back under autocast).
+fn forward<B: Backend>(
+    q: Prim<B>,
+    k: Prim<B>,
+    v: Prim<B>,
+    bias: Option<Prim<B>>,
+    call: AttentionCall,
+) -> (Saved<B>, Prim<B>) {
+    let state = q.state();
+    let id = op(Op::attention);
+    state.count_call(id);
+    let dtypes = [q.dtype(), k.dtype(), v.dtype()];
+    let mut set = DtypeSet::default();
+    for dtype in dtypes {
+        set.add(dtype);
+    }
+    let (q, k, v, bias, cast_back) = match plan(state.autocast.code(id), set) {
+        Some(plan) => (
+            cast_to::<B>(q, plan.input),
+            cast_to::<B>(k, plan.input),
+            cast_to::<B>(v, plan.input),
+            bias.map(|b| cast_to::<B>(b, plan.input)),
+            plan.output,
+        ),
+        None => (q, k, v, bias, None),
+    };
+    let (out, lse, by_kernel) = match forward_kernel::<B>(&q, &k, &v, bias.as_ref(), call) {
+        Some((out, lse)) => (out, lse, true),
+        None => {
+            let (out, lse) =
+                portable::forward::<Frugal<B>>(q.clone(), k.clone(), v.clone(), bias.clone(), call);
+            (out, lse, false)
+        }
+    };
+    let output = match cast_back {
+        Some(dtype) => cast_to::<B>(out.clone(), dtype),
+        None => out.clone(),
+    };
+    let saved = Saved {
+        q,
+        k,
+        v,
+        bias,
+        out,
+        lse,
+        by_kernel,
+        dtypes,
+        call,
+    };
+    (saved, output)
+}
+
+/// Wraps a kernel output as a Frugal tensor charged to `attention`.
+fn track<B: Backend>(inner: B::FloatTensorPrimitive, like: &Prim<B>) -> Prim<B> {
+    FrugalTensor::track::<B, FloatKind>(inner, like.state(), op(Op::attention))
+}
+
+fn forward_kernel<B: Backend>(
+    q: &Prim<B>,
+    k: &Prim<B>,
+    v: &Prim<B>,
+    bias: Option<&Prim<B>>,
+    call: AttentionCall,
+) -> Option<(Prim<B>, Prim<B>)> {
+    let bias_ref = bias.map(|b| b.prim_ref());
+    let (out, lse) = kernels::attention_forward::<B>(
+        &q.prim_ref(),
+        &k.prim_ref(),
+        &v.prim_ref(),
+        bias_ref.as_deref(),
+        call,
+    )?;
+    let out = track::<B>(out, q);
+    let lse = track::<B>(lse, q);
+    let state = q.state();
+    state.enforce(
+        Some(op(Op::attention)),
+        out.storage_bytes() + lse.storage_bytes(),
+    );
+    Some((out, lse))
+}
+
+/// The backward node: its parents are q, k and v.
+#[derive(Debug)]
+struct AttentionBackward<B>(PhantomData<fn() -> B>);
+
+impl<B: Backend> Backward<Frugal<B>, 3> for AttentionBackward<B> {
+    type State = Saved<B>;
+
+    fn backward(self, ops: Ops<Saved<B>, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_q, node_k, node_v] = ops.parents;
+        let grad = grads.consume::<Frugal<B>>(&ops.node);
+        let saved = ops.state;
+        let [dq, dk, dv] = backward::<B>(saved.clone(), grad);
+        for ((node, g), dtype) in [node_q, node_k, node_v]
+            .into_iter()
+            .zip([dq, dk, dv])
+            .zip(saved.dtypes)
+        {
+            if let Some(node) = node {
+                grads.register::<Frugal<B>>(node.id, cast_to::<B>(g, dtype));
+            }
+        }
+    }
+}
+
+/// The gradients of q, k and v (in the compute dtype) for the output gradient `grad`.
+fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
+    let grad = cast_to::<B>(grad, saved.out.dtype());
+    let state = saved.q.state();
+    state.count_call(op(Op::attention));
+    if saved.by_kernel {
+        let bias = saved.bias.as_ref().map(|b| b.prim_ref());
+        if let Some((dq, dk, dv)) = kernels::attention_backward::<B>(
+            &saved.q.prim_ref(),
+            &saved.k.prim_ref(),
+            &saved.v.prim_ref(),
+            bias.as_deref(),
+            &saved.out.prim_ref(),
+            &saved.lse.prim_ref(),
+            &grad.prim_ref(),
+            saved.call,
+        ) {
+            let grads = [
+                track::<B>(dq, &saved.q),
+                track::<B>(dk, &saved.q),
+                track::<B>(dv, &saved.q),
+            ];
+            let bytes = grads.iter().map(|g| g.storage_bytes()).sum();
+            state.enforce(Some(op(Op::attention)), bytes);
+            return grads;
+        }
+    }
+    let lse = if saved.by_kernel {
+        // The kernels' f32 `[b, h, sq]` logsumexp, as the portable path reads it.
+        Tensor::<Frugal<B>, 3>::from_primitive(TensorPrimitive::Float(saved.lse))
+            .unsqueeze_dim::<4>(3)
+            .cast(saved.out.dtype())
+            .into_primitive()
+            .tensor()
+    } else {
+        saved.lse
+    };
+    portable::backward::<Frugal<B>>(
+        saved.q, saved.k, saved.v, saved.bias, saved.out, lse, grad, saved.call,
+    )
+}
+
+/// Attention on any backend's own ops, per block of query rows: no tensor of more than
+/// `block × seq_k` scores per `(batch, head)` at a time.
+pub(crate) mod portable {
+    use super::*;
+
+    /// Query rows per block: at most 64, fewer when a block's scores would exceed 4 Mi
+    /// elements.
+    pub(crate) fn block_rows(batch_heads: usize, seq_q: usize, seq_k: usize) -> usize {
+        let by_size = (4usize << 20) / (batch_heads * seq_k).max(1);
+        by_size.clamp(1, 64).min(seq_q.max(1))
+    }
+
+    fn tensor<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+        Tensor::from_primitive(TensorPrimitive::Float(p))
+    }
+
+    /// `true` where key `j > row0 + i` (masked), `[1, 1, rows, keys]`.
+    fn causal_mask<B: Backend>(
+        row0: usize,
+        rows: usize,
+        keys: usize,
+        device: &B::Device,
+    ) -> Tensor<B, 4, Bool> {
+        let cols = Tensor::<B, 1, Int>::arange(0..keys as i64, device).reshape([1, keys]);
+        let rows_idx = Tensor::<B, 1, Int>::arange(row0 as i64..(row0 + rows) as i64, device)
+            .reshape([rows, 1]);
+        cols.greater(rows_idx).reshape([1, 1, rows, keys])
+    }
+
+    /// The block's scaled, biased and masked scores: `[b, h, rows, keys]`.
+    fn scores<B: Backend>(
+        qb: Tensor<B, 4>,
+        k: &Tensor<B, 4>,
+        bias: Option<&Tensor<B, 4>>,
+        row0: usize,
+        keys: usize,
+        call: AttentionCall,
+    ) -> Tensor<B, 4> {
+        let [_, _, rows, _] = qb.dims();
+        let device = qb.device();
+        let kb = k.clone().narrow(2, 0, keys);
+        let mut s = qb.matmul(kb.swap_dims(2, 3)).mul_scalar(call.scale);
+        if let Some(bias) = bias {
+            let [_, _, bias_rows, _] = bias.dims();
+            let b = if bias_rows == 1 {
+                bias.clone()
+            } else {
+                bias.clone().narrow(2, row0, rows)
+            };
+            s = s + b.narrow(3, 0, keys);
+        }
+        if call.causal {
+            s = s.mask_fill(
+                causal_mask::<B>(row0, rows, keys, &device),
+                f32::NEG_INFINITY,
+            );
+        }
+        s
+    }
+
+    /// The keys block `row0..row0 + rows` can see: all, or up to its last row when causal.
+    fn keys_for(row0: usize, rows: usize, seq_k: usize, causal: bool) -> usize {
+        if causal {
+            (row0 + rows).min(seq_k)
+        } else {
+            seq_k
+        }
+    }
+
+    /// Output `[b, h, sq, d]` and logsumexp `[b, h, sq, 1]`.
+    pub(crate) fn forward<B: Backend>(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        bias: Option<FloatTensor<B>>,
+        call: AttentionCall,
+    ) -> (FloatTensor<B>, FloatTensor<B>) {
+        let (q, k, v) = (tensor::<B, 4>(q), tensor::<B, 4>(k), tensor::<B, 4>(v));
+        let bias = bias.map(tensor::<B, 4>);
+        let [b, h, seq_q, _] = q.dims();
+        let seq_k = k.dims()[2];
+        let finfo = q.dtype().finfo().expect("a float tensor");
+        let step = block_rows(b * h, seq_q, seq_k);
+        let mut outs = Vec::new();
+        let mut lses = Vec::new();
+        let mut row0 = 0;
+        while row0 < seq_q {
+            let rows = step.min(seq_q - row0);
+            let keys = keys_for(row0, rows, seq_k, call.causal);
+            let qb = q.clone().narrow(2, row0, rows);
+            let s = scores(qb, &k, bias.as_ref(), row0, keys, call);
+            let max = s.clone().max_dim(3).clamp_min(finfo.min);
+            let e = (s - max.clone()).exp();
+            let sum = e.clone().sum_dim(3).clamp_min(finfo.min_positive);
+            outs.push((e / sum.clone()).matmul(v.clone().narrow(2, 0, keys)));
+            lses.push(max + sum.log());
+            row0 += rows;
+        }
+        (
+            Tensor::cat(outs, 2).into_primitive().tensor(),
+            Tensor::cat(lses, 2).into_primitive().tensor(),
+        )
+    }
+
+    /// The gradients of q, k and v.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn backward<B: Backend>(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        bias: Option<FloatTensor<B>>,
+        out: FloatTensor<B>,
+        lse: FloatTensor<B>,
+        grad_out: FloatTensor<B>,
+        call: AttentionCall,
+    ) -> [FloatTensor<B>; 3] {
+        let (q, k, v) = (tensor::<B, 4>(q), tensor::<B, 4>(k), tensor::<B, 4>(v));
+        let (out, lse, grad_out) = (
+            tensor::<B, 4>(out),
+            tensor::<B, 4>(lse),
+            tensor::<B, 4>(grad_out),
+        );
+        let bias = bias.map(tensor::<B, 4>);
+        let [b, h, seq_q, _] = q.dims();
+        let seq_k = k.dims()[2];
+        let step = block_rows(b * h, seq_q, seq_k);
+        let mut dk = k.zeros_like();
+        let mut dv = v.zeros_like();
+        let mut dqs = Vec::new();
+        let mut row0 = 0;
+        while row0 < seq_q {
+            let rows = step.min(seq_q - row0);
+            let keys = keys_for(row0, rows, seq_k, call.causal);
+            let qb = q.clone().narrow(2, row0, rows);
+            let gb = grad_out.clone().narrow(2, row0, rows);
+            let s = scores(qb.clone(), &k, bias.as_ref(), row0, keys, call);
+            let p = (s - lse.clone().narrow(2, row0, rows)).exp();
+            let kb = k.clone().narrow(2, 0, keys);
+            let vb = v.clone().narrow(2, 0, keys);
+            let dv_part = p.clone().swap_dims(2, 3).matmul(gb.clone());
+            let dp = gb.clone().matmul(vb.swap_dims(2, 3));
+            let delta = (gb * out.clone().narrow(2, row0, rows)).sum_dim(3);
+            let ds = p * (dp - delta);
+            dqs.push(ds.clone().matmul(kb).mul_scalar(call.scale));
+            let dk_part = ds.swap_dims(2, 3).matmul(qb).mul_scalar(call.scale);
+            if keys == seq_k {
+                dk = dk + dk_part;
+                dv = dv + dv_part;
+            } else {
+                let range = [0..b, 0..h, 0..keys];
+                dk = dk
+                    .clone()
+                    .slice_assign(range.clone(), dk.slice(range.clone()) + dk_part);
+                dv = dv
+                    .clone()
+                    .slice_assign(range.clone(), dv.slice(range) + dv_part);
+            }
+            row0 += rows;
+        }
+        [
+            Tensor::cat(dqs, 2).into_primitive().tensor(),
+            dk.into_primitive().tensor(),
+            dv.into_primitive().tensor(),
+        ]
+    }
+}

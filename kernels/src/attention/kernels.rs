@@ -1,0 +1,515 @@
+//! The device code: the forward pass, the `D = rowsum(dO ∘ O)` prepass, and the two backward
+//! kernels (dK/dV with the key blocks outermost, dQ with the query blocks outermost), so that no
+//! kernel needs atomics and none stores an s² tensor.
+//!
+//! Layout: every tensor is `[batch * heads, seq, head_dim]`, contiguous; the cube's X position
+//! is the `(batch, head)` pair, its Y position the block of rows it owns. One unit owns one row
+//! (a query row in the forward and dQ kernels, a key row in the dK/dV kernel) and keeps it and
+//! its accumulators in registers (`head_dim` is a compile-time constant, so those loops unroll);
+//! the rows of the other side are staged block by block in shared memory as f32, and every unit
+//! reads the same address at a time there (a broadcast, free of bank conflicts).
+//!
+//! With `unroll` (chosen by the host) the loops over `head_dim` are unrolled so a unit's rows
+//! stay in registers; without it they are plain loops, which software rasterisers such as
+//! Mesa's lavapipe compile in a fraction of the time.
+//!
+//! Masked scores are represented by a large finite negative number rather than `-inf`, and a
+//! probability is computed only for unmasked scores, so that fast-math compilers and rows with
+//! every key masked give 0 rather than NaN.
+
+// `if has_bias { if play { .. } }`: the outer test is comptime, so a kernel built without a
+// bias has no branch at all; merged into one condition it would become a runtime test.
+#![allow(clippy::collapsible_if)]
+
+use cubecl::prelude::*;
+
+/// A score at or below this is masked (an additive bias of `-inf` or of a very large negative
+/// value masks too).
+pub(crate) const MASKED: f32 = -1.0e30;
+/// What a masked score is stored as.
+pub(crate) const MASKED_SCORE: f32 = -1.0e38;
+
+/// Whether the pair (`row`, `key`) takes part: both in range and, when causal, `key <= row`
+/// (keys after the query are masked, aligned at the top left as Burn's own causal mask is).
+#[cube]
+fn in_play(row: usize, key: usize, seq_q: usize, seq_k: usize, #[comptime] causal: bool) -> bool {
+    let mut ok = row < seq_q && key < seq_k;
+    if causal {
+        ok = ok && key <= row;
+    }
+    ok
+}
+
+/// The bias added to the score of (`row`, `key`) of the `(batch, head)` pair `bh`: the bias is
+/// indexed with strides `bias_batch`, `bias_head`, `bias_row` (0 where it broadcasts) and 1.
+#[cube]
+fn bias_at<E: Float>(
+    bias: &Array<E>,
+    bh: usize,
+    heads: usize,
+    row: usize,
+    key: usize,
+    bias_batch: usize,
+    bias_head: usize,
+    bias_row: usize,
+) -> f32 {
+    let index = (bh / heads) * bias_batch + (bh % heads) * bias_head + row * bias_row + key;
+    f32::cast_from(bias[index])
+}
+
+/// Copies `rows` rows of `head_dim` elements starting at row `first` of `src` (offset `base`)
+/// into shared memory as f32, zeros past `limit`; every unit of the cube takes part.
+#[cube]
+fn stage_rows<E: Float>(
+    src: &Array<E>,
+    dst: &mut SharedMemory<f32>,
+    base: usize,
+    first: usize,
+    limit: usize,
+    #[comptime] rows: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] units: usize,
+) {
+    let mut idx = UNIT_POS as usize;
+    while idx < rows * head_dim {
+        let row = first + idx / head_dim;
+        let mut value = 0.0f32;
+        if row < limit {
+            value = f32::cast_from(src[base + first * head_dim + idx]);
+        }
+        dst[idx] = value;
+        idx += units;
+    }
+}
+
+/// Flash-attention forward: `out = softmax(scale * q kᵀ + bias, masked) v` and each query
+/// row's logsumexp (natural log, of the scaled and biased scores) in f32.
+#[cube(launch_unchecked)]
+pub(crate) fn forward_kernel<E: Float>(
+    q: &Array<E>,
+    k: &Array<E>,
+    v: &Array<E>,
+    bias: &Array<E>,
+    out: &mut Array<E>,
+    lse: &mut Array<f32>,
+    seq_q: usize,
+    seq_k: usize,
+    heads: usize,
+    bias_batch: usize,
+    bias_head: usize,
+    bias_row: usize,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] block_q: usize,
+    #[comptime] block_k: usize,
+    #[comptime] causal: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] unroll: bool,
+    #[define(E)] _dtype: StorageType,
+) {
+    let bh = CUBE_POS_X as usize;
+    let first_row = CUBE_POS_Y as usize * block_q;
+    let row = first_row + UNIT_POS as usize;
+    let q_base = bh * seq_q * head_dim;
+    let kv_base = bh * seq_k * head_dim;
+
+    let mut k_tile = SharedMemory::<f32>::new(block_k * head_dim);
+    let mut v_tile = SharedMemory::<f32>::new(block_k * head_dim);
+    let mut scores = Array::<f32>::new(block_k);
+    let mut q_row = Array::<f32>::new(head_dim);
+    let mut acc = Array::<f32>::new(head_dim);
+
+    let row_ok = row < seq_q;
+    #[unroll(unroll)]
+    for d in 0..head_dim {
+        let mut value = 0.0f32;
+        if row_ok {
+            value = f32::cast_from(q[q_base + row * head_dim + d]);
+        }
+        q_row[d] = value;
+        acc[d] = 0.0f32;
+    }
+
+    let mut running_max = f32::new(MASKED_SCORE);
+    let mut running_sum = 0.0f32;
+
+    // Causal: the block's last row sees keys up to itself, none after.
+    let mut kv_end = seq_k;
+    if causal {
+        kv_end = min(seq_k, first_row + block_q);
+    }
+
+    let mut kv_start = 0usize;
+    while kv_start < kv_end {
+        sync_cube();
+        stage_rows::<E>(
+            k,
+            &mut k_tile,
+            kv_base,
+            kv_start,
+            seq_k,
+            block_k,
+            head_dim,
+            block_q,
+        );
+        stage_rows::<E>(
+            v,
+            &mut v_tile,
+            kv_base,
+            kv_start,
+            seq_k,
+            block_k,
+            head_dim,
+            block_q,
+        );
+        sync_cube();
+
+        let mut tile_max = f32::new(MASKED_SCORE);
+        for j in 0..block_k {
+            let key = kv_start + j;
+            let mut dot = 0.0f32;
+            #[unroll(unroll)]
+            for d in 0..head_dim {
+                dot += q_row[d] * k_tile[j * head_dim + d];
+            }
+            let mut score = dot * scale;
+            let play = in_play(row, key, seq_q, seq_k, causal);
+            if has_bias {
+                if play {
+                    score +=
+                        bias_at::<E>(bias, bh, heads, row, key, bias_batch, bias_head, bias_row);
+                }
+            }
+            let keep = play && score > MASKED;
+            score = select(keep, score, MASKED_SCORE);
+            scores[j] = score;
+            tile_max = max(tile_max, score);
+        }
+
+        let new_max = max(running_max, tile_max);
+        let correction = (running_max - new_max).exp();
+        running_sum *= correction;
+        #[unroll(unroll)]
+        for d in 0..head_dim {
+            acc[d] *= correction;
+        }
+        for j in 0..block_k {
+            let score = scores[j];
+            let p = select(score > MASKED, (score - new_max).exp(), 0.0f32);
+            running_sum += p;
+            #[unroll(unroll)]
+            for d in 0..head_dim {
+                acc[d] += p * v_tile[j * head_dim + d];
+            }
+        }
+        running_max = new_max;
+        kv_start += block_k;
+    }
+
+    if row_ok {
+        // A row with every key masked has no probability mass: its output is 0.
+        let inv = select(running_sum > 0.0f32, 1.0f32 / running_sum, 0.0f32);
+        #[unroll(unroll)]
+        for d in 0..head_dim {
+            out[q_base + row * head_dim + d] = E::cast_from(acc[d] * inv);
+        }
+        let log_sum = select(
+            running_sum > 0.0f32,
+            running_max + running_sum.ln(),
+            MASKED_SCORE,
+        );
+        lse[bh * seq_q + row] = log_sum;
+    }
+}
+
+/// The backward prepass: `delta[row] = Σ_d grad_out[row, d] · out[row, d]` in f32.
+#[cube(launch_unchecked)]
+pub(crate) fn delta_kernel<E: Float>(
+    out: &Array<E>,
+    grad_out: &Array<E>,
+    delta: &mut Array<f32>,
+    #[comptime] head_dim: usize,
+    #[comptime] unroll: bool,
+    #[define(E)] _dtype: StorageType,
+) {
+    let row = ABSOLUTE_POS;
+    if row >= delta.len() {
+        terminate!();
+    }
+    let mut sum = 0.0f32;
+    #[unroll(unroll)]
+    for d in 0..head_dim {
+        let index = row * head_dim + d;
+        sum += f32::cast_from(out[index]) * f32::cast_from(grad_out[index]);
+    }
+    delta[row] = sum;
+}
+
+/// dK and dV: one unit per key row, walking the query blocks (`dV = Σ_i p_ij dO_i`,
+/// `dK = scale Σ_i p_ij (dO_i · v_j − delta_i) q_i`).
+#[cube(launch_unchecked)]
+pub(crate) fn grad_kv_kernel<E: Float>(
+    q: &Array<E>,
+    k: &Array<E>,
+    v: &Array<E>,
+    bias: &Array<E>,
+    grad_out: &Array<E>,
+    lse: &Array<f32>,
+    delta: &Array<f32>,
+    grad_k: &mut Array<E>,
+    grad_v: &mut Array<E>,
+    seq_q: usize,
+    seq_k: usize,
+    heads: usize,
+    bias_batch: usize,
+    bias_head: usize,
+    bias_row: usize,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] block_q: usize,
+    #[comptime] block_k: usize,
+    #[comptime] causal: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] unroll: bool,
+    #[define(E)] _dtype: StorageType,
+) {
+    let bh = CUBE_POS_X as usize;
+    let first_key = CUBE_POS_Y as usize * block_k;
+    let key = first_key + UNIT_POS as usize;
+    let q_base = bh * seq_q * head_dim;
+    let kv_base = bh * seq_k * head_dim;
+
+    let mut q_tile = SharedMemory::<f32>::new(block_q * head_dim);
+    let mut do_tile = SharedMemory::<f32>::new(block_q * head_dim);
+    let mut lse_tile = SharedMemory::<f32>::new(block_q);
+    let mut delta_tile = SharedMemory::<f32>::new(block_q);
+
+    let mut k_row = Array::<f32>::new(head_dim);
+    let mut v_row = Array::<f32>::new(head_dim);
+    let mut dk = Array::<f32>::new(head_dim);
+    let mut dv = Array::<f32>::new(head_dim);
+    let key_ok = key < seq_k;
+    #[unroll(unroll)]
+    for d in 0..head_dim {
+        let mut kv = 0.0f32;
+        let mut vv = 0.0f32;
+        if key_ok {
+            kv = f32::cast_from(k[kv_base + key * head_dim + d]);
+            vv = f32::cast_from(v[kv_base + key * head_dim + d]);
+        }
+        k_row[d] = kv;
+        v_row[d] = vv;
+        dk[d] = 0.0f32;
+        dv[d] = 0.0f32;
+    }
+
+    // Causal: queries before the block's first key see none of its keys.
+    let mut q_start = 0usize;
+    if causal {
+        q_start = first_key - first_key % block_q;
+    }
+
+    while q_start < seq_q {
+        sync_cube();
+        stage_rows::<E>(
+            q,
+            &mut q_tile,
+            q_base,
+            q_start,
+            seq_q,
+            block_q,
+            head_dim,
+            block_k,
+        );
+        stage_rows::<E>(
+            grad_out,
+            &mut do_tile,
+            q_base,
+            q_start,
+            seq_q,
+            block_q,
+            head_dim,
+            block_k,
+        );
+        let mut idx = UNIT_POS as usize;
+        while idx < block_q {
+            let row = q_start + idx;
+            let mut l = 0.0f32;
+            let mut dl = 0.0f32;
+            if row < seq_q {
+                l = lse[bh * seq_q + row];
+                dl = delta[bh * seq_q + row];
+            }
+            lse_tile[idx] = l;
+            delta_tile[idx] = dl;
+            idx += block_k;
+        }
+        sync_cube();
+
+        for i in 0..block_q {
+            let row = q_start + i;
+            let mut dot = 0.0f32;
+            #[unroll(unroll)]
+            for d in 0..head_dim {
+                dot += q_tile[i * head_dim + d] * k_row[d];
+            }
+            let mut score = dot * scale;
+            let play = in_play(row, key, seq_q, seq_k, causal);
+            if has_bias {
+                if play {
+                    score +=
+                        bias_at::<E>(bias, bh, heads, row, key, bias_batch, bias_head, bias_row);
+                }
+            }
+            let keep = play && score > MASKED;
+            let p = select(keep, (score - lse_tile[i]).exp(), 0.0f32);
+            let mut dp = 0.0f32;
+            #[unroll(unroll)]
+            for d in 0..head_dim {
+                let g = do_tile[i * head_dim + d];
+                dv[d] += p * g;
+                dp += g * v_row[d];
+            }
+            let ds = p * (dp - delta_tile[i]);
+            #[unroll(unroll)]
+            for d in 0..head_dim {
+                dk[d] += ds * q_tile[i * head_dim + d];
+            }
+        }
+        q_start += block_q;
+    }
+
+    if key_ok {
+        #[unroll(unroll)]
+        for d in 0..head_dim {
+            let index = kv_base + key * head_dim + d;
+            grad_k[index] = E::cast_from(dk[d] * scale);
+            grad_v[index] = E::cast_from(dv[d]);
+        }
+    }
+}
+
+/// dQ: one unit per query row, walking the key blocks
+/// (`dQ = scale Σ_j p_ij (dO_i · v_j − delta_i) k_j`).
+#[cube(launch_unchecked)]
+pub(crate) fn grad_q_kernel<E: Float>(
+    q: &Array<E>,
+    k: &Array<E>,
+    v: &Array<E>,
+    bias: &Array<E>,
+    grad_out: &Array<E>,
+    lse: &Array<f32>,
+    delta: &Array<f32>,
+    grad_q: &mut Array<E>,
+    seq_q: usize,
+    seq_k: usize,
+    heads: usize,
+    bias_batch: usize,
+    bias_head: usize,
+    bias_row: usize,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] block_q: usize,
+    #[comptime] block_k: usize,
+    #[comptime] causal: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] unroll: bool,
+    #[define(E)] _dtype: StorageType,
+) {
+    let bh = CUBE_POS_X as usize;
+    let first_row = CUBE_POS_Y as usize * block_q;
+    let row = first_row + UNIT_POS as usize;
+    let q_base = bh * seq_q * head_dim;
+    let kv_base = bh * seq_k * head_dim;
+
+    let mut k_tile = SharedMemory::<f32>::new(block_k * head_dim);
+    let mut v_tile = SharedMemory::<f32>::new(block_k * head_dim);
+
+    let mut q_row = Array::<f32>::new(head_dim);
+    let mut do_row = Array::<f32>::new(head_dim);
+    let mut dq = Array::<f32>::new(head_dim);
+    let row_ok = row < seq_q;
+    #[unroll(unroll)]
+    for d in 0..head_dim {
+        let mut qv = 0.0f32;
+        let mut gv = 0.0f32;
+        if row_ok {
+            qv = f32::cast_from(q[q_base + row * head_dim + d]);
+            gv = f32::cast_from(grad_out[q_base + row * head_dim + d]);
+        }
+        q_row[d] = qv;
+        do_row[d] = gv;
+        dq[d] = 0.0f32;
+    }
+    let mut row_lse = 0.0f32;
+    let mut row_delta = 0.0f32;
+    if row_ok {
+        row_lse = lse[bh * seq_q + row];
+        row_delta = delta[bh * seq_q + row];
+    }
+
+    let mut kv_end = seq_k;
+    if causal {
+        kv_end = min(seq_k, first_row + block_q);
+    }
+
+    let mut kv_start = 0usize;
+    while kv_start < kv_end {
+        sync_cube();
+        stage_rows::<E>(
+            k,
+            &mut k_tile,
+            kv_base,
+            kv_start,
+            seq_k,
+            block_k,
+            head_dim,
+            block_q,
+        );
+        stage_rows::<E>(
+            v,
+            &mut v_tile,
+            kv_base,
+            kv_start,
+            seq_k,
+            block_k,
+            head_dim,
+            block_q,
+        );
+        sync_cube();
+
+        for j in 0..block_k {
+            let key = kv_start + j;
+            let mut dot = 0.0f32;
+            let mut dp = 0.0f32;
+            #[unroll(unroll)]
+            for d in 0..head_dim {
+                dot += q_row[d] * k_tile[j * head_dim + d];
+                dp += do_row[d] * v_tile[j * head_dim + d];
+            }
+            let mut score = dot * scale;
+            let play = in_play(row, key, seq_q, seq_k, causal);
+            if has_bias {
+                if play {
+                    score +=
+                        bias_at::<E>(bias, bh, heads, row, key, bias_batch, bias_head, bias_row);
+                }
+            }
+            let keep = play && score > MASKED;
+            let p = select(keep, (score - row_lse).exp(), 0.0f32);
+            let ds = p * (dp - row_delta);
+            #[unroll(unroll)]
+            for d in 0..head_dim {
+                dq[d] += ds * k_tile[j * head_dim + d];
+            }
+        }
+        kv_start += block_k;
+    }
+
+    if row_ok {
+        #[unroll(unroll)]
+        for d in 0..head_dim {
+            grad_q[q_base + row * head_dim + d] = E::cast_from(dq[d] * scale);
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! Flash attention, forward and backward, for training without s² storage.
+//!
+//! [`attention_forward`] computes `out = softmax(scale · q kᵀ + bias, masked) · v` and each
+//! query row's logsumexp (f32) in one pass over the keys, keeping running maxima and sums
+//! (online softmax), so the `seq_q × seq_k` scores never reach device memory.
+//! [`attention_backward`] recomputes the probabilities block by block from q, k and the
+//! logsumexp: a prepass computes `delta = rowsum(dO ∘ O)`, one kernel walks the query blocks
+//! for each block of keys (dK, dV), another the key blocks for each block of queries (dQ), as
+//! in FlashAttention-2, so no two units write the same gradient and no atomics are needed.
+//!
+//! Inputs are f32, f16 or bf16 (one dtype for q, k, v, the output and its gradient), with f32
+//! arithmetic throughout. Tensors are `[batch, heads, seq, head_dim]`, contiguous;
+//! `head_dim` is at most [`MAX_HEAD_DIM`]. Causal masking is aligned at the top left (query
+//! `i` sees keys `0..=i`), as Burn's `attention` does. An optional additive bias
+//! (`[batch, heads, seq_q, seq_k]`, broadcast over batch or heads with a stride of 0) is added
+//! to the scaled scores; a bias of `-inf` (or below `-1e30`) masks a score. The bias gets no
+//! gradient here.
+
+mod kernels;
+
+use cubecl::{prelude::*, server::Handle};
+
+use crate::{FloatDtype, KernelError, cast::check_buffer};
+
+/// The largest head dimension the kernels take (each unit keeps a few rows of this length in
+/// registers).
+pub const MAX_HEAD_DIM: usize = 128;
+
+/// Sizes of an attention call: q is `[batch, heads, seq_q, head_dim]`, k and v are
+/// `[batch, heads, seq_k, head_dim]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// Batch size.
+    pub batch: usize,
+    /// Number of heads.
+    pub heads: usize,
+    /// Query rows.
+    pub seq_q: usize,
+    /// Key and value rows.
+    pub seq_k: usize,
+    /// Elements per row of q, k and v.
+    pub head_dim: usize,
+}
+
+impl AttentionShape {
+    /// Elements of q (and of the output).
+    pub fn q_len(&self) -> usize {
+        self.batch * self.heads * self.seq_q * self.head_dim
+    }
+
+    /// Elements of k (and of v).
+    pub fn kv_len(&self) -> usize {
+        self.batch * self.heads * self.seq_k * self.head_dim
+    }
+
+    /// Elements of the logsumexp (one per query row).
+    pub fn rows(&self) -> usize {
+        self.batch * self.heads * self.seq_q
+    }
+}
+
+/// Masking and scaling of an attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct AttentionConfig {
+    /// Mask every key after the query (`key > row`).
+    pub causal: bool,
+    /// Factor applied to `q kᵀ`; `None` means `1 / sqrt(head_dim)`.
+    pub scale: Option<f32>,
+}
+
+impl AttentionConfig {
+    /// The scale in use for `head_dim`.
+    pub fn scale_for(&self, head_dim: usize) -> f32 {
+        self.scale.unwrap_or_else(|| 1.0 / (head_dim as f32).sqrt())
+    }
+}
+
+/// An additive bias on the scores, in the dtype of q: element `(b, h, i, j)` is at
+/// `b * batch_stride + h * head_stride + i * row_stride + j` (a stride of 0 broadcasts; a
+/// dense `[batch, heads, seq_q, seq_k]` bias has strides `heads * seq_q * seq_k`,
+/// `seq_q * seq_k` and `seq_k`).
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionBias<'a> {
+    /// The buffer.
+    pub handle: &'a Handle,
+    /// Elements between batches (0: the same bias for every batch).
+    pub batch_stride: usize,
+    /// Elements between heads (0: the same bias for every head).
+    pub head_stride: usize,
+    /// Elements between query rows (0: the same bias for every query, e.g. a padding mask).
+    pub row_stride: usize,
+}
+
+/// What the forward pass returns.
+#[derive(Debug, Clone)]
+pub struct AttentionForward {
+    /// The output, `[batch, heads, seq_q, head_dim]` in the input dtype.
+    pub out: Handle,
+    /// The logsumexp of each query row's scaled (and biased) scores, `[batch, heads, seq_q]`
+    /// in f32 (a very large negative number for a row whose every key is masked).
+    pub lse: Handle,
+}
+
+/// What the backward pass returns: the gradients of q, k and v, in the input dtype.
+#[derive(Debug, Clone)]
+pub struct AttentionGrads {
+    /// Gradient of q, `[batch, heads, seq_q, head_dim]`.
+    pub grad_q: Handle,
+    /// Gradient of k, `[batch, heads, seq_k, head_dim]`.
+    pub grad_k: Handle,
+    /// Gradient of v, `[batch, heads, seq_k, head_dim]`.
+    pub grad_v: Handle,
+}
+
+/// Rows one cube owns (one unit each).
+const ROWS_PER_CUBE: usize = 64;
+
+/// The launch geometry for one device and head dimension.
+#[derive(Debug, Clone, Copy)]
+struct Tiles {
+    /// Units per cube, each owning a row.
+    units: usize,
+    /// Rows of the other side staged in shared memory per step.
+    staged: usize,
+}
+
+impl Tiles {
+    fn for_device<R: Runtime>(client: &ComputeClient<R>, head_dim: usize) -> Self {
+        let hardware = &client.properties().hardware;
+        let units = ROWS_PER_CUBE
+            .min(hardware.max_units_per_cube as usize)
+            .max(1);
+        // Two staged f32 tiles and two per-row f32 values, within the device's shared memory
+        // (capped at 48 KiB, what every CUDA device gives without opting in to more).
+        let budget = hardware.max_shared_memory_size.clamp(1024, 48 * 1024) - 512;
+        let mut staged = 64;
+        while staged > 1 && 2 * staged * (head_dim + 1) * 4 > budget {
+            staged /= 2;
+        }
+        Tiles { units, staged }
+    }
+}
+
+/// Whether the kernels unroll their loops over `head_dim` (keeping rows in registers): yes on
+/// native GPU runtimes (CUDA, HIP); not on wgpu, whose CI driver (Mesa's lavapipe, LLVM on the
+/// CPU) takes minutes to compile the unrolled kernels.
+fn unroll_rows<R: Runtime>(client: &ComputeClient<R>) -> bool {
+    !R::name(client).starts_with("wgpu")
+}
+
+fn invalid(what: &str, value: impl ToString, accepted: impl ToString) -> KernelError {
+    KernelError::InvalidArgument {
+        what: what.to_string(),
+        value: value.to_string(),
+        accepted: accepted.to_string(),
+    }
+}
+
+/// Checks a call's sizes, dtype and scale against what the kernels and this device take,
+/// without looking at any buffer; returns the scale in use. [`attention_forward`] and
+/// [`attention_backward`] make these checks too; callers that must know beforehand whether a
+/// launch will be accepted (e.g. before registering it to run later) call this.
+pub fn validate<R: Runtime>(
+    client: &ComputeClient<R>,
+    shape: &AttentionShape,
+    dtype: FloatDtype,
+    config: &AttentionConfig,
+) -> Result<f32, KernelError> {
+    dtype.check_supported(client)?;
+    let AttentionShape {
+        batch,
+        heads,
+        seq_q,
+        seq_k,
+        head_dim,
+    } = *shape;
+    for (what, value) in [
+        ("batch", batch),
+        ("heads", heads),
+        ("seq_q", seq_q),
+        ("seq_k", seq_k),
+    ] {
+        if value == 0 {
+            return Err(invalid(what, value, "at least 1"));
+        }
+    }
+    if head_dim == 0 || head_dim > MAX_HEAD_DIM {
+        return Err(invalid(
+            "head_dim",
+            head_dim,
+            format!("1..={MAX_HEAD_DIM} (split larger heads or use the written-out attention)"),
+        ));
+    }
+    let scale = config.scale_for(head_dim);
+    if !scale.is_finite() {
+        return Err(invalid("scale", scale, "a finite number"));
+    }
+    let hardware = &client.properties().hardware;
+    let max_x = hardware.max_cube_count.0 as usize;
+    if batch * heads > max_x {
+        return Err(invalid(
+            "batch * heads",
+            batch * heads,
+            format!("at most {max_x} on this device"),
+        ));
+    }
+    let max_y = hardware.max_cube_count.1 as usize;
+    let blocks = seq_q.max(seq_k).div_ceil(ROWS_PER_CUBE);
+    if blocks > max_y {
+        return Err(invalid(
+            "sequence length",
+            seq_q.max(seq_k),
+            format!("at most {} on this device", max_y * ROWS_PER_CUBE),
+        ));
+    }
+    for (what, len) in [("q", shape.q_len()), ("k and v", shape.kv_len())] {
+        crate::cast::check_len(what, len)?;
+    }
+    Ok(scale)
+}
+
+/// Checks a call and its input buffers; returns the scale.
+#[allow(clippy::too_many_arguments)]
+fn check_common<R: Runtime>(
+    client: &ComputeClient<R>,
+    q: &Handle,
+    k: &Handle,
+    v: &Handle,
+    bias: Option<&AttentionBias<'_>>,
+    shape: &AttentionShape,
+    dtype: FloatDtype,
+    config: &AttentionConfig,
+) -> Result<f32, KernelError> {
+    let scale = validate(client, shape, dtype, config)?;
+    check_buffer("q", q, shape.q_len(), dtype)?;
+    check_buffer("k", k, shape.kv_len(), dtype)?;
+    check_buffer("v", v, shape.kv_len(), dtype)?;
+    if let Some(bias) = bias {
+        check_buffer("bias", bias.handle, bias_len(shape, bias), dtype)?;
+    }
+    Ok(scale)
+}
+
+/// Elements a bias with these strides spans.
+fn bias_len(shape: &AttentionShape, bias: &AttentionBias<'_>) -> usize {
+    (shape.batch - 1) * bias.batch_stride
+        + (shape.heads - 1) * bias.head_stride
+        + (shape.seq_q - 1) * bias.row_stride
+        + shape.seq_k
+}
+
+/// The bias argument: handle, elements, strides and whether there is one (without one, q
+/// stands in and the kernel never reads it).
+fn bias_arg(
+    q: &Handle,
+    shape: &AttentionShape,
+    bias: Option<&AttentionBias<'_>>,
+) -> (Handle, usize, [usize; 3], bool) {
+    match bias {
+        Some(b) => (
+            b.handle.clone(),
+            bias_len(shape, b),
+            [b.batch_stride, b.head_stride, b.row_stride],
+            true,
+        ),
+        None => (q.clone(), 1, [0; 3], false),
+    }
+}
+
+/// Flash-attention forward pass: the output and each query row's logsumexp (see the module
+/// docs). Errors, before anything is launched, on an unsupported dtype, a zero size, a head
+/// dimension above [`MAX_HEAD_DIM`], a non-finite scale, sizes beyond the device's grid, or a
+/// buffer smaller than its shape.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_forward<R: Runtime>(
+    client: &ComputeClient<R>,
+    q: &Handle,
+    k: &Handle,
+    v: &Handle,
+    bias: Option<AttentionBias<'_>>,
+    shape: AttentionShape,
+    dtype: FloatDtype,
+    config: AttentionConfig,
+) -> Result<AttentionForward, KernelError> {
+    let scale = check_common(client, q, k, v, bias.as_ref(), &shape, dtype, &config)?;
+    let tiles = Tiles::for_device(client, shape.head_dim);
+    let out = client.empty(shape.q_len() * dtype.size_bytes());
+    let lse = client.empty(shape.rows() * 4);
+    let (bias_handle, bias_len, [bias_batch, bias_head, bias_row], has_bias) =
+        bias_arg(q, &shape, bias.as_ref());
+    let count = CubeCount::Static(
+        (shape.batch * shape.heads) as u32,
+        shape.seq_q.div_ceil(tiles.units) as u32,
+        1,
+    );
+    // SAFETY: every buffer holds its shape's elements (checked above; the outputs were just
+    // allocated so), the bias spans every index the strides reach, and the kernel reads and
+    // writes rows below `seq_q` / `seq_k` only.
+    unsafe {
+        kernels::forward_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            CubeDim::new_1d(tiles.units as u32),
+            ArrayArg::from_raw_parts(q.clone(), shape.q_len()),
+            ArrayArg::from_raw_parts(k.clone(), shape.kv_len()),
+            ArrayArg::from_raw_parts(v.clone(), shape.kv_len()),
+            ArrayArg::from_raw_parts(bias_handle, bias_len),
+            ArrayArg::from_raw_parts(out.clone(), shape.q_len()),
+            ArrayArg::from_raw_parts(lse.clone(), shape.rows()),
+            shape.seq_q,
+            shape.seq_k,
+            shape.heads,
+            bias_batch,
+            bias_head,
+            bias_row,
+            scale,
+            shape.head_dim,
+            tiles.units,
+            tiles.staged,
+            config.causal,
+            has_bias,
+            unroll_rows(client),
+            dtype.storage_type(),
+        );
+    }
+    Ok(AttentionForward { out, lse })
+}
+
+/// Flash-attention backward pass: the gradients of q, k and v from the forward's inputs, its
+/// output `out`, its logsumexp `lse` and the output's gradient `grad_out` (same shape and dtype
+/// as `out`). Same checks as [`attention_forward`], and `out`, `lse` and `grad_out` must hold
+/// their shapes' elements.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward<R: Runtime>(
+    client: &ComputeClient<R>,
+    q: &Handle,
+    k: &Handle,
+    v: &Handle,
+    bias: Option<AttentionBias<'_>>,
+    out: &Handle,
+    lse: &Handle,
+    grad_out: &Handle,
+    shape: AttentionShape,
+    dtype: FloatDtype,
+    config: AttentionConfig,
+) -> Result<AttentionGrads, KernelError> {
+    let scale = check_common(client, q, k, v, bias.as_ref(), &shape, dtype, &config)?;
+    check_buffer("out", out, shape.q_len(), dtype)?;
+    check_buffer("grad_out", grad_out, shape.q_len(), dtype)?;
+    check_buffer("lse", lse, shape.rows(), FloatDtype::F32)?;
+    let tiles = Tiles::for_device(client, shape.head_dim);
+    let (bias_handle, bias_len, [bias_batch, bias_head, bias_row], has_bias) =
+        bias_arg(q, &shape, bias.as_ref());
+
+    let rows = shape.rows();
+    let delta = client.empty(rows * 4);
+    let units = client
+        .properties()
+        .hardware
+        .max_units_per_cube
+        .clamp(1, 256);
+    // SAFETY: `out` and `grad_out` hold `rows * head_dim` elements and `delta` `rows`; units
+    // past the last row return at once.
+    unsafe {
+        kernels::delta_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static((rows as u32).div_ceil(units), 1, 1),
+            CubeDim::new_1d(units),
+            ArrayArg::from_raw_parts(out.clone(), shape.q_len()),
+            ArrayArg::from_raw_parts(grad_out.clone(), shape.q_len()),
+            ArrayArg::from_raw_parts(delta.clone(), rows),
+            shape.head_dim,
+            unroll_rows(client),
+            dtype.storage_type(),
+        );
+    }
+
+    let grad_q = client.empty(shape.q_len() * dtype.size_bytes());
+    let grad_k = client.empty(shape.kv_len() * dtype.size_bytes());
+    let grad_v = client.empty(shape.kv_len() * dtype.size_bytes());
+    let bh = (shape.batch * shape.heads) as u32;
+    let arr = |h: &Handle, len: usize| unsafe { ArrayArg::from_raw_parts(h.clone(), len) };
+    // SAFETY: as in `attention_forward`; `lse` and `delta` hold one f32 per query row.
+    unsafe {
+        kernels::grad_kv_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(bh, shape.seq_k.div_ceil(tiles.units) as u32, 1),
+            CubeDim::new_1d(tiles.units as u32),
+            arr(q, shape.q_len()),
+            arr(k, shape.kv_len()),
+            arr(v, shape.kv_len()),
+            arr(&bias_handle, bias_len),
+            arr(grad_out, shape.q_len()),
+            arr(lse, rows),
+            arr(&delta, rows),
+            arr(&grad_k, shape.kv_len()),
+            arr(&grad_v, shape.kv_len()),
+            shape.seq_q,
+            shape.seq_k,
+            shape.heads,
+            bias_batch,
+            bias_head,
+            bias_row,
+            scale,
+            shape.head_dim,
+            tiles.staged,
+            tiles.units,
+            config.causal,
+            has_bias,
+            unroll_rows(client),
+            dtype.storage_type(),
+        );
+        kernels::grad_q_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(bh, shape.seq_q.div_ceil(tiles.units) as u32, 1),
+            CubeDim::new_1d(tiles.units as u32),
+            arr(q, shape.q_len()),
+            arr(k, shape.kv_len()),
+            arr(v, shape.kv_len()),
+            arr(&bias_handle, bias_len),
+            arr(grad_out, shape.q_len()),
+            arr(lse, rows),
+            arr(&delta, rows),
+            arr(&grad_q, shape.q_len()),
+            shape.seq_q,
+            shape.seq_k,
+            shape.heads,
+            bias_batch,
+            bias_head,
+            bias_row,
+            scale,
+            shape.head_dim,
+            tiles.units,
+            tiles.staged,
+            config.causal,
+            has_bias,
+            unroll_rows(client),
+            dtype.storage_type(),
+        );
+    }
+    Ok(AttentionGrads {
+        grad_q,
+        grad_k,
+        grad_v,
+    })
+}
