@@ -111,7 +111,9 @@ impl MultiHeadAttentionConfig {
     }
 }
 
-/// burn-nn's layer with its parameters, computing with [`attention`].
+/// burn-nn's layer with its parameters, computing with [`attention`]. The parameters move
+/// as they are: a layer whose parameters were never read still initialises them lazily, so a
+/// clone kept beside this one draws different values unless they were read before cloning.
 impl<B: Backend> From<burn_nn::attention::MultiHeadAttention<B>> for MultiHeadAttention<B> {
     fn from(layer: burn_nn::attention::MultiHeadAttention<B>) -> Self {
         Self {
