@@ -167,6 +167,32 @@ struct Args {
     /// (`frugal::Policy::max_depth`; default the policy's).
     #[arg(long)]
     max_depth: Option<u32>,
+    /// Where Frugal configurations on `--device frugal-cuda` run matrix products: auto
+    /// (f16/bf16 on cuBLASLt, f32 on CubeCL's kernels), blas (all on cuBLASLt, f32 strict),
+    /// blas-tf32 (all on cuBLASLt, f32 on TF32) or cube (CubeCL's kernels, Burn's own). Plain
+    /// Burn configurations always run CubeCL's.
+    #[arg(long, value_enum, default_value = "auto")]
+    products: ProductsArg,
+}
+
+/// `--products`, mapped onto [`frugal::kernels::Products`].
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ProductsArg {
+    Auto,
+    Blas,
+    BlasTf32,
+    Cube,
+}
+
+impl ProductsArg {
+    fn products(self) -> frugal::kernels::Products {
+        match self {
+            ProductsArg::Auto => frugal::kernels::Products::Auto,
+            ProductsArg::Blas => frugal::kernels::Products::Blas,
+            ProductsArg::BlasTf32 => frugal::kernels::Products::BlasTf32,
+            ProductsArg::Cube => frugal::kernels::Products::Cube,
+        }
+    }
 }
 
 /// `--kernels`, mapped onto [`frugal::kernels::KernelMode`].
@@ -333,6 +359,9 @@ struct Line {
     fused_attention: bool,
     /// Forward and backward passes of Frugal's flash-attention kernels in this run.
     attention_kernel_passes: u64,
+    /// `--products`, and the products run on cuBLASLt in this run (all steps).
+    products: String,
+    blas_products: u64,
     /// `--optimizer`, and how many 8-bit AdamW updates Frugal's fused kernel made (all steps).
     optimizer: String,
     adamw8bit_kernel_updates: u64,
@@ -800,6 +829,7 @@ fn run<A: AutodiffBackend>(
     let name = config.name;
     let device = A::Device::default();
     frugal::kernels::set_mode(args.kernels.mode());
+    frugal::kernels::set_products(args.products.products());
     if ledger && args.trace.is_some() {
         memory::record_timeline(&device, 1 << 22);
     }
@@ -958,6 +988,8 @@ fn run<A: AutodiffBackend>(
             + frugal::kernels::stats().attention_backwards
             - kernels_before.attention_forwards
             - kernels_before.attention_backwards,
+        products: format!("{:?}", args.products).to_lowercase(),
+        blas_products: frugal::kernels::stats().blas_products - kernels_before.blas_products,
         optimizer: format!("{:?}", args.optimizer).to_lowercase(),
         adamw8bit_kernel_updates: frugal::kernels::stats().adamw8bit_launches
             - kernels_before.adamw8bit_launches,

@@ -16,10 +16,13 @@
 //!   ([`memory_report`], [`set_memory_cap`], [`set_oom_handler`], [`allocator_history`] for
 //!   the segments, blocks and trace behind a PyTorch memory_viz file).
 //! - [`kernel_cache`]: compiled kernels on disk, so a second process skips NVRTC.
+//! - [`gemm`](mod@gemm): matrix products on cuBLASLt (the shapes here; the call, `matmul()`, with
+//!   feature `cuda`).
 
 #![warn(missing_docs)]
 
 pub mod allocator;
+pub mod gemm;
 pub mod kernel_cache;
 pub mod storage;
 
@@ -30,6 +33,7 @@ mod cuda;
 pub use cuda::{
     CudaDeviceMemory, DeviceUnavailable, FrugalCuda, FrugalCudaDevice, FrugalCudaRuntime,
     FrugalCudaServer, FrugalCudaUnfused, MemoryReport, allocator_history, allocator_snapshot,
-    check_device, clear_oom_handler, device_count, memory_report, record_allocation_trace,
-    reset_peak_memory, set_memory_cap, set_oom_handler, write_allocation_trace,
+    blas_available, check_device, clear_oom_handler, device_count, matmul, memory_report,
+    record_allocation_trace, reset_peak_memory, set_memory_cap, set_oom_handler,
+    write_allocation_trace,
 };

@@ -17,12 +17,14 @@
 //! Not supported: multi-device communication (NCCL collectives), the on-disk PTX cache, and the
 //! Blackwell-only tensor-map formats.
 
+mod blas;
 mod compiler;
 mod init;
 mod memory;
 mod server;
 mod tma;
 
+pub use blas::blas_available;
 pub use memory::CudaDeviceMemory;
 pub use server::{FrugalCudaServer, MemoryReport};
 
@@ -305,4 +307,101 @@ fn history(device: &FrugalCudaDevice, with_trace: bool) -> History {
         }
     }
     panic!("frugal-cuda: the device server does not publish its allocator's history")
+}
+
+/// Queues `out = lhs · rhs` (see [`crate::gemm`]) on cuBLASLt, on `device`'s stream after
+/// everything queued before it. `out` must hold `batch × m × n` contiguous elements of the
+/// product's dtype, and the operands the elements their layouts address.
+///
+/// An error means nothing was queued (the library is missing, the layout is not one it takes,
+/// or it refused the call): run the product another way.
+pub fn matmul(
+    device: &FrugalCudaDevice,
+    shape: &crate::gemm::GemmShape,
+    lhs: &cubecl_core::server::Handle,
+    rhs: &cubecl_core::server::Handle,
+    out: &cubecl_core::server::Handle,
+) -> Result<(), crate::gemm::GemmError> {
+    use crate::gemm::GemmError;
+    let elem = shape.dtype.size() as u64;
+    let span = |layout: &crate::gemm::MatrixLayout, batch: usize| -> u64 {
+        if layout.rows == 0 || layout.cols == 0 {
+            return 0;
+        }
+        let last = (batch.max(1) - 1) * layout.batch_stride
+            + (layout.rows - 1) * layout.row_stride
+            + (layout.cols - 1) * layout.col_stride;
+        (last as u64 + 1) * elem
+    };
+    for (name, handle, need) in [
+        ("lhs", lhs, span(&shape.lhs, shape.batch)),
+        ("rhs", rhs, span(&shape.rhs, shape.batch)),
+        ("out", out, (shape.batch * shape.m * shape.n) as u64 * elem),
+    ] {
+        if handle.size_in_used() < need {
+            return Err(GemmError::Layout(format!(
+                "{name} holds {} bytes, the product addresses {need}",
+                handle.size_in_used()
+            )));
+        }
+    }
+    if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
+        return Ok(());
+    }
+    if shape.k == 0 {
+        return Err(GemmError::Layout(
+            "an empty contraction (k = 0) is a fill, not a product".into(),
+        ));
+    }
+    let (l, r, o) = (
+        lhs.clone().binding(),
+        rhs.clone().binding(),
+        out.clone().binding(),
+    );
+    let shape = *shape;
+    // Buffers start on 512-byte boundaries, so a handle's alignment is its offset's.
+    let align =
+        |h: &cubecl_core::server::Handle| crate::gemm::alignment(h.offset_start.unwrap_or(0) | 256);
+    let key = (device.index, shape, [align(rhs), align(lhs), align(out)]);
+    let handle = server_handle(device);
+    if KNOWN_PRODUCTS.with_borrow(|known| known.contains(&key)) {
+        // A product this thread has run before has its plan: queue it without waiting for
+        // the server to catch up (waiting would stop this thread from queueing ahead of the
+        // device). Should it still fail, the error is reported at the next sync.
+        handle.submit(move |server| server.gemm_queued(&shape, l, r, o));
+        return Ok(());
+    }
+    handle
+        .submit_blocking(move |server| server.gemm(&shape, l, r, o))
+        .map_err(|e| GemmError::Library(format!("the device's server is not running: {e:?}")))??;
+    KNOWN_PRODUCTS.with_borrow_mut(|known| known.insert(key));
+    Ok(())
+}
+
+type ProductKey = (usize, crate::gemm::GemmShape, [u32; 3]);
+
+std::thread_local! {
+    /// Products this thread ran on cuBLASLt (device, shape, alignments): their plans exist.
+    static KNOWN_PRODUCTS: std::cell::RefCell<std::collections::HashSet<ProductKey>> =
+        std::cell::RefCell::new(std::collections::HashSet::new());
+}
+
+/// The channel to `device`'s server, made once per thread and device (making it takes a
+/// global lock, which a product should not pay).
+fn server_handle(
+    device: &FrugalCudaDevice,
+) -> cubecl_common::device_handle::DeviceHandle<FrugalCudaServer> {
+    use cubecl_common::device_handle::DeviceHandle;
+    std::thread_local! {
+        static HANDLES: std::cell::RefCell<Vec<Option<DeviceHandle<FrugalCudaServer>>>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    HANDLES.with_borrow_mut(|handles| {
+        if handles.len() <= device.index {
+            handles.resize_with(device.index + 1, || None);
+        }
+        handles[device.index]
+            .get_or_insert_with(|| DeviceHandle::new(device.to_id()))
+            .clone()
+    })
 }

@@ -20,6 +20,9 @@
 //! - **[`crate::GradScaler::unscale`]**: one fused unscale-and-check launch per group of f32
 //!   gradients with the found-inf flag kept on the device, and the fused widen-and-scale cast
 //!   for 16-bit gradients;
+//! - **matrix products on cuBLASLt** (`float_matmul`, `linear`, `linear_x_backward`,
+//!   `linear_weight_backward`) when the inner backend runs on frugal-cuda's runtime, fused or
+//!   not: f16 and bf16 by default, f32 (strict or TF32) when asked; see [`Products`];
 //! - **the 8-bit AdamW update** (`crate::optim::AdamW8bit`): one launch per parameter, in
 //!   place (its dispatch is in `crate::optim`, above the tensor type it unwraps).
 //!
@@ -91,6 +94,11 @@ pub struct KernelStats {
     pub attention_forwards: u64,
     /// Attention backward passes run by Frugal's flash-attention kernels.
     pub attention_backwards: u64,
+    /// Matrix products run on cuBLASLt (counted when queued).
+    pub blas_products: u64,
+    /// Of the products, those registered as a custom operation of Burn's fusion (counted when
+    /// registered).
+    pub fused_blas_products: u64,
 }
 
 pub(crate) static CASTS: AtomicU64 = AtomicU64::new(0);
@@ -105,6 +113,11 @@ pub(crate) static ATTENTION_FORWARDS: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
 pub(crate) static ATTENTION_BACKWARDS: AtomicU64 = AtomicU64::new(0);
 
+#[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
+pub(crate) static BLAS_PRODUCTS: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
+pub(crate) static FUSED_BLAS_PRODUCTS: AtomicU64 = AtomicU64::new(0);
+
 /// Reads the [`KernelStats`] counters.
 pub fn stats() -> KernelStats {
     KernelStats {
@@ -117,6 +130,8 @@ pub fn stats() -> KernelStats {
         fused_adamw8bit: FUSED_ADAMW8BIT.load(Relaxed),
         attention_forwards: ATTENTION_FORWARDS.load(Relaxed),
         attention_backwards: ATTENTION_BACKWARDS.load(Relaxed),
+        blas_products: BLAS_PRODUCTS.load(Relaxed),
+        fused_blas_products: FUSED_BLAS_PRODUCTS.load(Relaxed),
     }
 }
 
@@ -248,3 +263,189 @@ fn attention_run<B: Backend>(
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod attention;
+
+/// Where matrix products run when the inner backend is on frugal-cuda's runtime (other
+/// backends always run their own).
+///
+/// Burn's CubeCL products compute f32 on TF32 tensor cores where the GPU has them (on an H100
+/// or H200 their results equal cuBLASLt's TF32 products), so [`Products::Auto`] leaves f32 to
+/// them and only moves the 16-bit products, where cuBLASLt is several times faster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// f16 and bf16 on cuBLASLt; f32 on CubeCL's kernels (Burn's numerics).
+    #[default]
+    Auto,
+    /// Every product on cuBLASLt, f32 with strict IEEE arithmetic (slower than TF32).
+    Blas,
+    /// Every product on cuBLASLt, f32 on TF32 tensor cores (10-bit mantissa, as PyTorch's
+    /// `allow_tf32`).
+    BlasTf32,
+    /// CubeCL's kernels (Burn's own products) for every dtype.
+    Cube,
+}
+
+impl Products {
+    /// Whether a product of `dtype` runs on cuBLASLt, and if f32, on TF32.
+    #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
+    pub(crate) fn blas_for(self, dtype: burn_backend::DType) -> Option<bool> {
+        use burn_backend::DType;
+        match (self, dtype) {
+            (Products::Cube, _) => None,
+            (_, DType::F16 | DType::BF16) => Some(false),
+            (Products::Auto, _) => None,
+            (Products::Blas, DType::F32) => Some(false),
+            (Products::BlasTf32, DType::F32) => Some(true),
+            _ => None,
+        }
+    }
+}
+
+static PRODUCTS: AtomicU8 = AtomicU8::new(0);
+
+/// Sets where matrix products run, for every device (default [`Products::Auto`]).
+pub fn set_products(products: Products) {
+    PRODUCTS.store(
+        match products {
+            Products::Auto => 0,
+            Products::Blas => 1,
+            Products::BlasTf32 => 2,
+            Products::Cube => 3,
+        },
+        Relaxed,
+    );
+}
+
+/// The current [`Products`] setting.
+pub fn products() -> Products {
+    match PRODUCTS.load(Relaxed) {
+        1 => Products::Blas,
+        2 => Products::BlasTf32,
+        3 => Products::Cube,
+        _ => Products::Auto,
+    }
+}
+
+/// Which product a [`ProductSlot`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
+pub(crate) enum ProductCall {
+    /// `float_matmul(lhs, rhs)`.
+    Matmul,
+    /// `linear(x, weight, None)`: `x · weight` over all of x's rows.
+    Linear,
+    /// `linear_x_backward(weight, grad)`: `grad · weightᵀ`.
+    LinearX,
+    /// `linear_weight_backward(x, grad)`: `xᵀ · grad` summed over x's rows.
+    LinearWeight,
+}
+
+/// A product's two operands and, once run, its output, for the runtimes to downcast.
+#[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
+pub(crate) struct ProductSlot<P> {
+    pub(crate) call: ProductCall,
+    pub(crate) inputs: [Option<P>; 2],
+    pub(crate) output: Option<P>,
+}
+
+/// Runs a product on cuBLASLt when the setting and the primitives allow; else gives the
+/// operands back.
+#[allow(unused_variables)]
+fn product<B: Backend>(
+    call: ProductCall,
+    a: B::FloatTensorPrimitive,
+    b: B::FloatTensorPrimitive,
+) -> Result<B::FloatTensorPrimitive, [B::FloatTensorPrimitive; 2]> {
+    #[cfg(feature = "frugal-cuda")]
+    {
+        let products = products();
+        if products != Products::Cube && mode() != KernelMode::Never {
+            let mut slot = ProductSlot {
+                call,
+                inputs: [Some(a), Some(b)],
+                output: None,
+            };
+            if products::run(&mut slot, products) {
+                return Ok(slot.output.expect("the product put its output in the slot"));
+            }
+            let [a, b] = slot.inputs;
+            return Err([a.expect("untouched"), b.expect("untouched")]);
+        }
+    }
+    Err([a, b])
+}
+
+/// `B::float_matmul`, on cuBLASLt where [`Products`] and the primitive allow.
+pub(crate) fn float_matmul<B: Backend>(
+    lhs: B::FloatTensorPrimitive,
+    rhs: B::FloatTensorPrimitive,
+) -> B::FloatTensorPrimitive {
+    match product::<B>(ProductCall::Matmul, lhs, rhs) {
+        Ok(out) => out,
+        Err([lhs, rhs]) => B::float_matmul(lhs, rhs),
+    }
+}
+
+/// `B::linear`: the product over all of x's rows on cuBLASLt where it applies, then the bias
+/// added as Burn's default `linear` adds it.
+pub(crate) fn linear<B: Backend>(
+    x: B::FloatTensorPrimitive,
+    weight: B::FloatTensorPrimitive,
+    bias: Option<B::FloatTensorPrimitive>,
+) -> B::FloatTensorPrimitive {
+    use burn_backend::TensorMetadata;
+    match product::<B>(ProductCall::Linear, x, weight) {
+        Ok(out) => match bias {
+            Some(bias) => {
+                let rank = out.shape().num_dims();
+                let mut dims = vec![1; rank];
+                dims[rank - 1] = bias.shape().num_elements();
+                B::float_add(out, B::float_reshape(bias, burn_backend::Shape::from(dims)))
+            }
+            None => out,
+        },
+        Err([x, weight]) => B::linear(x, weight, bias),
+    }
+}
+
+/// `B::linear_x_backward` (`grad · weightᵀ`), on cuBLASLt where it applies.
+pub(crate) fn linear_x_backward<B: Backend>(
+    weight: B::FloatTensorPrimitive,
+    output_grad: B::FloatTensorPrimitive,
+) -> B::FloatTensorPrimitive {
+    match product::<B>(ProductCall::LinearX, weight, output_grad) {
+        Ok(out) => out,
+        Err([weight, output_grad]) => B::linear_x_backward(weight, output_grad),
+    }
+}
+
+/// `B::linear_weight_backward` (`xᵀ · grad` over all rows), on cuBLASLt as one product where
+/// it applies (Burn's default forms one product per batch and sums them).
+pub(crate) fn linear_weight_backward<B: Backend>(
+    x: B::FloatTensorPrimitive,
+    output_grad: B::FloatTensorPrimitive,
+) -> B::FloatTensorPrimitive {
+    match product::<B>(ProductCall::LinearWeight, x, output_grad) {
+        Ok(out) => out,
+        Err([x, output_grad]) => B::linear_weight_backward(x, output_grad),
+    }
+}
+
+#[cfg(feature = "frugal-cuda")]
+mod products;
+
+#[cfg(test)]
+mod tests {
+    use super::Products;
+    use burn_backend::DType;
+
+    #[test]
+    fn auto_moves_only_16_bit_products_to_the_library() {
+        assert_eq!(Products::Auto.blas_for(DType::BF16), Some(false));
+        assert_eq!(Products::Auto.blas_for(DType::F16), Some(false));
+        assert_eq!(Products::Auto.blas_for(DType::F32), None);
+        assert_eq!(Products::Blas.blas_for(DType::F32), Some(false));
+        assert_eq!(Products::BlasTf32.blas_for(DType::F32), Some(true));
+        assert_eq!(Products::Cube.blas_for(DType::BF16), None);
+        assert_eq!(Products::Blas.blas_for(DType::F64), None);
+    }
+}

@@ -590,7 +590,7 @@ pub(crate) use wrap_out;
 /// Wraps the output of an op run on a managed device: a single tensor gets a cell with a
 /// recipe that replays the op from `$caps`; other outputs are kept or offloaded only.
 macro_rules! wrap_managed {
-    (@recipe $k:tt, $o:ident, $l:ident, $op:ident, $name:ident, $caps:ident, $($arg:ident: $kind:tt),*) => {{
+    (@recipe $k:tt, $o:ident, $l:ident, $op:ident, [$($inner:tt)*], $caps:ident, $($arg:ident: $kind:tt),*) => {{
         let (usable, inputs, sizes) = {
             #[allow(unused_variables)]
             let ($($arg,)*) = &$caps;
@@ -616,7 +616,7 @@ macro_rules! wrap_managed {
             run: Box::new(move || {
                 #[allow(unused_variables)]
                 let ($($arg,)*) = &$caps;
-                B::$name($($crate::ops::replay!($kind, $arg)),*)
+                $crate::ops::inner_fn!(B, $($inner)*)($($crate::ops::replay!($kind, $arg)),*)
             }),
             inputs,
             view_of: None,
@@ -627,7 +627,7 @@ macro_rules! wrap_managed {
     (I, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe I, $($rest)*) };
     (Bo, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe Bo, $($rest)*) };
     (Q, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe Q, $($rest)*) };
-    ($other:tt, $o:ident, $l:ident, $op:ident, $name:ident, $caps:ident, $($rest:tt)*) => {{
+    ($other:tt, $o:ident, $l:ident, $op:ident, [$($inner:tt)*], $caps:ident, $($rest:tt)*) => {{
         let _unused = $caps;
         $crate::ops::wrap_out!($other, $o, $l, $op)
     }};
@@ -635,8 +635,9 @@ macro_rules! wrap_managed {
 pub(crate) use wrap_managed;
 
 /// The inner function an op forwards to: `B`'s method of the same name, or
-/// `crate::kernels::$via`, which takes the same arguments and gives the same bits through
-/// Frugal's own kernels where they apply. Recipes replay `B`'s method.
+/// `crate::kernels::$via`, which takes the same arguments and runs Frugal's own kernels or
+/// cuBLASLt where they apply. Recipes replay the same function, so a recomputed tensor has
+/// the bits of the original.
 macro_rules! inner_fn {
     ($b:ident, $name:ident) => {
         $b::$name
@@ -703,7 +704,7 @@ macro_rules! forward_ops {
                         0 $(+ $crate::ops::arg_bytes!($kind, $arg))*
                     };
                     let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
-                    let out = $crate::ops::wrap_managed!($ret, out, state, id, $name, caps, $($arg: $kind),*);
+                    let out = $crate::ops::wrap_managed!($ret, out, state, id, [$name $(, $via)?], caps, $($arg: $kind),*);
                     $(drop($arg.1);)*
                     let output_bytes = state.ledger.live_bytes().saturating_sub(live_before);
                     state.enforce(Some(id), inputs_bytes + output_bytes);

@@ -30,7 +30,7 @@ macro_rules! float_methods {
             fn float_div_scalar(lhs: F, rhs: [Scalar]) -> F;
             fn float_remainder(lhs: F, rhs: F) -> F;
             fn float_remainder_scalar(lhs: F, rhs: [Scalar]) -> F;
-            fn float_matmul(lhs: F, rhs: F) -> F;
+            fn float_matmul(lhs: F, rhs: F) -> F via float_matmul;
             fn float_cross(lhs: F, rhs: F, dim: [usize]) -> F;
             fn float_neg(tensor: F) -> F;
             fn float_recip(tensor: F) -> F;

@@ -11,9 +11,9 @@ macro_rules! module_methods {
             manual [];
             fn embedding(weights: F, indices: I) -> F;
             fn embedding_backward(weights: F, output_grad: F, indices: I) -> F;
-            fn linear(x: F, weight: F, bias: OF) -> F;
-            fn linear_x_backward(weight: F, output_grad: F) -> F;
-            fn linear_weight_backward(x: F, output_grad: F) -> F;
+            fn linear(x: F, weight: F, bias: OF) -> F via linear;
+            fn linear_x_backward(weight: F, output_grad: F) -> F via linear_x_backward;
+            fn linear_weight_backward(x: F, output_grad: F) -> F via linear_weight_backward;
             fn linear_bias_backward(output_grad: F) -> F;
             fn conv1d(x: F, weight: F, bias: OF, options: [ConvOptions<1>]) -> F;
             fn conv1d_x_backward(x: F, weight: F, output_grad: F, options: [ConvOptions<1>]) -> F;
