@@ -48,6 +48,7 @@ pub struct MatrixLayout {
 
 /// A matrix as cuBLASLt takes it: column-major storage of `rows × cols` with leading
 /// dimension `ld`, and whether the product uses its transpose.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Stored {
     pub(crate) rows: u64,
@@ -56,6 +57,7 @@ pub(crate) struct Stored {
     pub(crate) transpose: bool,
 }
 
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 impl MatrixLayout {
     /// The layout as the library's operand for `self`'s matrix (`transpose == false`) in the
     /// column-major world, where the row-major matrix `X` is seen as `Xᵀ`: a row-major `X`
@@ -134,6 +136,7 @@ impl std::fmt::Display for GemmError {
 impl std::error::Error for GemmError {}
 
 /// The stored layouts of the library's operands A (= `rhs`), B (= `lhs`) and D (= `out`).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn stored(shape: &GemmShape) -> Result<[Stored; 3], GemmError> {
     let check = |name: &str, layout: &MatrixLayout, rows: usize, cols: usize| {
         if layout.rows != rows || layout.cols != cols {
@@ -162,6 +165,7 @@ pub(crate) fn stored(shape: &GemmShape) -> Result<[Stored; 3], GemmError> {
 
 /// The largest power of two (up to 256) dividing a device address: the alignment the
 /// algorithm may assume.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn alignment(address: u64) -> u32 {
     (address & address.wrapping_neg()).clamp(1, 256) as u32
 }

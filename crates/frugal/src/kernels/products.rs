@@ -152,7 +152,7 @@ fn direct(call: ProductCall, inputs: &[&Tensor], products: Products) -> Option<T
     BLAS_PRODUCTS.fetch_add(1, Relaxed);
     Some(CubeTensor::new_contiguous(
         first.client.clone(),
-        first.device.clone(),
+        first.device,
         Shape::from(out_shape),
         out,
         dtype,
