@@ -218,6 +218,16 @@ impl fmt::Display for MemoryReport {
                     "",
                 )?;
             }
+            if remat.plan_parked_bytes > 0 {
+                writeln!(
+                    f,
+                    "| {:<26}|{:>15} |{:>15} |{:>13} |",
+                    "  optimizer state parked",
+                    format_bytes(remat.plan_parked_bytes),
+                    format!("{} in all", format_bytes(remat.parked_bytes)),
+                    "",
+                )?;
+            }
             writeln!(
                 f,
                 "| {:<26}|{:>15} |{:>15} |{:>13} |",

@@ -49,7 +49,7 @@ for l in open(os.environ['OUT'] + '/frugal.jsonl'):
     if not l.startswith('{'): continue
     d = json.loads(l); r = d; a = d.get('allocator') or {}
     print(d.get('device'), d.get('config'), {k: d.get(k) for k in ['budget_bytes','peak_allocated_bytes','peak_reserved_bytes','step_ms_median','error']},
-          {k: r.get(k) for k in ['recomputes','recomputed_bytes','offloads','uploads','upload_nanos','plan_period','replans','plan_segments','plan_segment_bytes','plan_estimated_peak','segment_plans','budget_rounds','room_rounds']},
+          {k: r.get(k) for k in ['recomputes','recomputed_bytes','offloads','uploads','upload_nanos','plan_period','replans','plan_segments','plan_segment_bytes','plan_estimated_peak','segment_plans','budget_rounds','room_rounds','plan_parked_bytes','parked_bytes','offloaded_bytes','offload_nanos']},
           {k: a.get(k) for k in ['peak_reserved_bytes','peak_allocated_bytes']},
           [round(x, 1) for x in d.get('step_ms', [])], [round(x, 6) for x in d.get('losses', [])])
 PY

@@ -148,8 +148,15 @@ fn per_step_summary(remat: &RematStats, steps: u64) -> Option<String> {
         return None;
     }
     let each = |bytes: u64| format_bytes(bytes / steps);
+    let parked = match remat.parked_bytes {
+        0 => String::new(),
+        bytes => format!(
+            " ({} of it optimizer state parked by the plan)",
+            each(bytes)
+        ),
+    };
     Some(format!(
-        "per step (mean of {steps}): {} recomputed, {} offloaded, {} compressed",
+        "per step (mean of {steps}): {} recomputed, {} offloaded{parked}, {} compressed",
         each(remat.recomputed_bytes),
         each(remat.offloaded_bytes),
         each(remat.compressed_bytes)

@@ -346,17 +346,58 @@ impl Budget {
                 .set(Counter::plan_segment_bytes, after.segment_bytes);
             self.counters
                 .set(Counter::plan_estimated_peak, after.estimated_peak);
+            self.counters
+                .set(Counter::plan_parked_bytes, after.parked_bytes);
             if after.segments > 0
                 && (after.segments, after.segment_bytes) != (before.segments, before.segment_bytes)
             {
                 self.counters.add(Counter::segment_plans, 1);
             }
         }
+        drop(plan);
+        if let Some(SegmentEvent::Open { park }) = &segment
+            && !park.is_empty()
+        {
+            self.park(park);
+        }
         Created {
             ordinal,
             segment,
             outlives_step,
         }
+    }
+
+    /// Moves the resident tensors with `ordinals` (ascending: optimizer state the step plan
+    /// parks for the forward and backward passes) to host memory in one batch; each comes back
+    /// when the program reads it.
+    fn park(&self, ordinals: &[u64]) {
+        let mut batch: Option<Box<dyn HostBatch>> = None;
+        let mut pending = 0;
+        for cell in self.cells() {
+            let info = cell.info();
+            if ordinals.binary_search(&info.ordinal).is_err()
+                || cell.status() != Status::Resident
+                || !self.host_has_room(pending, info.bytes)
+            {
+                continue;
+            }
+            let bytes = info.bytes;
+            if cell
+                .clone()
+                .offload_into(&mut **batch.get_or_insert_with(|| cell.host_batch()))
+            {
+                pending += bytes;
+            }
+        }
+        let Some(batch) = batch else { return };
+        let started = std::time::Instant::now();
+        if batch.finish() == 0 {
+            return;
+        }
+        self.counters.add(Counter::offload_batches, 1);
+        self.counters
+            .add(Counter::offload_nanos, started.elapsed().as_nanos() as u64);
+        self.counters.add(Counter::parked_bytes, pending);
     }
 
     /// Notes that the program dropped the tensor with `ordinal`.

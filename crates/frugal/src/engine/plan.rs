@@ -27,6 +27,13 @@
 //! until the backward pass first reads one of them, then all come back): the largest segments
 //! whose simulated peak fits. The ends of segments fall on the same tensors every step, so the
 //! same tensors are dropped and recomputed in the same order each time.
+//!
+//! Tensors that outlive the step (parameters, optimizer state) stay on the device unless no
+//! segments fit without moving some of them. Then the plan parks optimizer state: tensors the
+//! step made for the next one that the next one first reads only after its forward pass (an
+//! optimizer's moments). They go to host memory in one batch when the forward pass begins and
+//! come back when the optimizer reads them: one copy each way per step, never bounced per op.
+//! The plan parks the fewest bytes (those read last first) whose simulated step fits.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,6 +64,20 @@ const SEGMENT_SEARCH_STEP: f64 = 0.8;
 const SEGMENT_SHRINK: f64 = 0.6;
 /// The smallest segment share tried: below it the boundaries alone crowd the budget.
 const MIN_SEGMENT_SHARE: f64 = 1.0 / 32.0;
+/// The parkable optimizer state is tried in this many equal parts (see [`StepPlan::cut_segments`]).
+const PARK_STEPS: u64 = 8;
+
+/// Bytes of optimizer state away in host memory from the forward pass's start until position
+/// `until` of the step (where the first of them is read), for [`StepRecord::simulate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Parked {
+    bytes: u64,
+    until: u64,
+}
+
+impl Parked {
+    const NONE: Parked = Parked { bytes: 0, until: 0 };
+}
 
 /// A candidate period and how long its match has run.
 #[derive(Clone, Copy, Debug)]
@@ -79,14 +100,19 @@ pub(crate) struct PlanFigures {
     pub(crate) segment_bytes: u64,
     /// The step's peak live bytes as simulated from the recorded step under the segments.
     pub(crate) estimated_peak: u64,
+    /// Bytes of optimizer state parked in host memory for each step's forward and backward
+    /// passes (0: none).
+    pub(crate) parked_bytes: u64,
 }
 
 /// What the creation of a tensor means for the forward pass's segments: the cell layer opens
 /// and closes checkpoint scopes on these.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SegmentEvent {
-    /// The forward pass begins: the new tensor opens the first segment.
-    Open,
+    /// The forward pass begins: the new tensor opens the first segment, and the tensors with
+    /// ordinals `park` (ascending; optimizer state the forward and backward passes do not read)
+    /// go to host memory until read.
+    Open { park: Vec<u64> },
     /// The new tensor, at `position` in the forward pass, begins a segment and the one before
     /// it closes. Of the forward pass's tensors so far (ordinals from `first`), those whose
     /// last read by the forward pass (`last_read`, by position) is behind are read again only
@@ -117,11 +143,23 @@ struct Segments {
     last_read: Arc<[u64]>,
     segment_bytes: u64,
     estimated_peak: u64,
+    /// Positions, in the step before, of the tensors parked when the forward pass begins
+    /// (see the module doc), ascending.
+    park: Vec<u64>,
+    parked_bytes: u64,
 }
 
 impl Segments {
     fn position(&self, ordinal: u64) -> u64 {
         (ordinal % self.period + self.period - self.anchor % self.period) % self.period
+    }
+
+    /// Ordinals of the tensors to park when the forward pass begins at `ordinal`.
+    fn park_at(&self, ordinal: u64) -> Vec<u64> {
+        let Some(step_before) = ordinal.checked_sub(self.period) else {
+            return Vec::new();
+        };
+        self.park.iter().map(|&q| step_before + q).collect()
     }
 }
 
@@ -268,10 +306,12 @@ impl StepPlan {
             self.pressure = 0;
             self.segmented_step = self.segments.is_some();
             let was_open = std::mem::replace(&mut self.segment_open, self.segments.is_some());
-            return match (was_open, self.segments.is_some()) {
-                (_, true) => Some(SegmentEvent::Open),
-                (true, false) => Some(SegmentEvent::Close),
-                (false, false) => None,
+            return match (was_open, self.segments.as_ref()) {
+                (_, Some(segments)) => Some(SegmentEvent::Open {
+                    park: segments.park_at(ordinal),
+                }),
+                (true, None) => Some(SegmentEvent::Close),
+                (false, None) => None,
             };
         }
         if !self.segment_open {
@@ -427,7 +467,7 @@ impl StepPlan {
                 .map(|position| reads_at(position).collect())
                 .collect(),
         };
-        let unsegmented = record.simulate(&[0], &[]);
+        let unsegmented = record.simulate(&[0], &[], Parked::NONE);
         if unsegmented <= limit {
             log::debug!(
                 "frugal: step plan: the step's estimated peak {unsegmented} B fits the budget; \
@@ -435,8 +475,7 @@ impl StepPlan {
             );
             return None;
         }
-        let room = limit.saturating_sub(base_live);
-        if end < 2 || room == 0 {
+        if end < 2 {
             return None;
         }
         // Bytes a cut before each position must keep: made before it, read by the forward
@@ -469,34 +508,74 @@ impl StepPlan {
         // Larger segments keep fewer checkpoints in the forward pass but bring more back at
         // once in the backward pass: the largest share of the room whose simulated step fits
         // the budget, or else the one whose simulated peak is lowest.
-        let mut share = self.segment_share;
-        let mut best: Option<(u64, f64, Vec<u64>, Vec<u64>)> = None;
-        loop {
-            let segment_bytes = (room as f64 * share) as u64;
-            if segment_bytes > 0 {
-                let cuts = cut_at(&saved, &crossing, end, segment_bytes);
-                let last_read = record.last_reads(&cuts);
-                let peak = record.simulate(&cuts, &last_read);
-                if best.as_ref().is_none_or(|b| peak < b.0) {
-                    best = Some((peak, share, cuts, last_read));
+        let search = |parked: Parked| {
+            let room = limit.saturating_sub(record.base_live.saturating_sub(parked.bytes));
+            let mut share = self.segment_share;
+            let mut best: Option<(u64, f64, Vec<u64>, Vec<u64>)> = None;
+            loop {
+                let segment_bytes = (room as f64 * share) as u64;
+                if segment_bytes > 0 {
+                    let cuts = cut_at(&saved, &crossing, end, segment_bytes);
+                    let last_read = record.last_reads(&cuts);
+                    let peak = record.simulate(&cuts, &last_read, parked);
+                    if best.as_ref().is_none_or(|b| peak < b.0) {
+                        best = Some((peak, share, cuts, last_read));
+                    }
+                    if peak <= limit {
+                        break;
+                    }
                 }
-                if peak <= limit {
+                if share <= MIN_SEGMENT_SHARE {
                     break;
                 }
+                share = (share * SEGMENT_SEARCH_STEP).max(MIN_SEGMENT_SHARE);
             }
-            if share <= MIN_SEGMENT_SHARE {
+            best.map(|best| (best, room))
+        };
+        // Parameters and optimizer state stay unless no segments fit without moving some:
+        // then the fewest bytes of optimizer state, read last first, whose step fits.
+        let parkable = record.parkable();
+        let total: u64 = parkable.iter().map(|&(_, _, bytes)| bytes).sum();
+        let mut best: Option<((u64, f64, Vec<u64>, Vec<u64>), u64, usize, Parked)> = None;
+        let mut tried = usize::MAX;
+        for eighth in 0..=PARK_STEPS {
+            let target = total * eighth / PARK_STEPS;
+            let mut count = 0;
+            let mut parked = Parked::NONE;
+            while parked.bytes < target {
+                let (first_read, _, bytes) = parkable[count];
+                parked.bytes += bytes;
+                parked.until = first_read;
+                count += 1;
+            }
+            if count == tried {
+                continue;
+            }
+            tried = count;
+            let Some((found, room)) = search(parked) else {
+                continue;
+            };
+            let fits = found.0 <= limit;
+            if best.as_ref().is_none_or(|b| found.0 < b.0.0) {
+                best = Some((found, room, count, parked));
+            }
+            if fits {
                 break;
             }
-            share = (share * SEGMENT_SEARCH_STEP).max(MIN_SEGMENT_SHARE);
         }
-        let (estimated_peak, share, cuts, last_read) = best?;
+        let ((estimated_peak, share, cuts, last_read), room, count, parked) = best?;
         self.segment_share = share;
         let segment_bytes = (room as f64 * share) as u64;
+        let mut park: Vec<u64> = parkable[..count].iter().map(|&(_, q, _)| q).collect();
+        park.sort_unstable();
         log::debug!(
             "frugal: step plan: forward pass of {end} tensors, estimated peak {unsegmented} B \
              over a budget of {limit} B: {} segments of about {segment_bytes} B kept for the \
-             backward pass, estimated peak under them {estimated_peak} B",
-            cuts.len()
+             backward pass, {} B of optimizer state ({count} tensors) parked in host memory \
+             until position {}, estimated peak under them {estimated_peak} B",
+            cuts.len(),
+            parked.bytes,
+            parked.until,
         );
         Some(Segments {
             period,
@@ -506,6 +585,8 @@ impl StepPlan {
             last_read: last_read.into(),
             segment_bytes,
             estimated_peak,
+            park,
+            parked_bytes: parked.bytes,
         })
     }
 
@@ -565,6 +646,7 @@ impl StepPlan {
             segments: self.segments.as_ref().map_or(0, |s| s.cuts.len() as u64),
             segment_bytes: self.segments.as_ref().map_or(0, |s| s.segment_bytes),
             estimated_peak: self.segments.as_ref().map_or(0, |s| s.estimated_peak),
+            parked_bytes: self.segments.as_ref().map_or(0, |s| s.parked_bytes),
         }
     }
 
@@ -692,7 +774,30 @@ impl StepRecord {
             .collect()
     }
 
-    /// The step's peak live bytes under `cuts` (`last_read` from [`Self::last_reads`]).
+    /// Optimizer state the step makes for the next one, which the next step first reads after
+    /// its forward pass: (that read's position in the next step, position, bytes), read last
+    /// first. The step itself may read it (an optimizer reads the moments it just made).
+    fn parkable(&self) -> Vec<(u64, u64, u64)> {
+        let p = self.bytes.len() as u64;
+        let mut parkable: Vec<_> = (0..p)
+            .filter_map(|position| {
+                // Reads before the next step (the optimizer reading the moments it just made)
+                // come before the tensor is parked.
+                let reads = &self.reads[position as usize];
+                let first = *reads.iter().find(|&&read| read >= p)?;
+                (first >= p + self.end).then_some((
+                    first - p,
+                    position,
+                    self.bytes[position as usize],
+                ))
+            })
+            .collect();
+        parkable.sort_unstable_by(|a, b| b.cmp(a));
+        parkable
+    }
+
+    /// The step's peak live bytes under `cuts` (`last_read` from [`Self::last_reads`]), with
+    /// `parked` bytes away from its start until their first read.
     ///
     /// A tensor the step makes and drops is held from its creation to its last read,
     /// inclusive: the op that reads it last holds it beside its output. A tensor outliving the
@@ -700,7 +805,7 @@ impl StepRecord {
     /// read again only after the cut and is not a checkpoint; the segment's evicted tensors
     /// all come back at the first read of any of them, since recomputing the last of them
     /// (which the backward pass reads first) restores the chain before it.
-    fn simulate(&self, cuts: &[u64], last_read: &[u64]) -> u64 {
+    fn simulate(&self, cuts: &[u64], last_read: &[u64], parked: Parked) -> u64 {
         let p = self.bytes.len();
         let mut change = vec![0i64; p + 1];
         for (position, (&bytes, reads)) in self.bytes.iter().zip(&self.reads).enumerate() {
@@ -743,9 +848,13 @@ impl StepRecord {
         }
         let mut sum = 0i64;
         let mut peak = i64::MIN;
-        for c in &change[..p] {
+        for (position, c) in change[..p].iter().enumerate() {
             sum += c;
-            peak = peak.max(sum);
+            let away = match (position as u64) < parked.until {
+                true => parked.bytes as i64,
+                false => 0,
+            };
+            peak = peak.max(sum - away);
         }
         let at_start = change[0];
         self.base_live
@@ -939,7 +1048,23 @@ mod tests {
         width: usize,
         limit: Option<u64>,
     ) -> Vec<Vec<(usize, SegmentEvent)>> {
+        training_steps_with_state(plan, steps, layers, width, limit, 0, &mut Vec::new())
+    }
+
+    /// As [`training_steps`], with optimizer state: after each layer's new parameter, a new
+    /// state tensor of `state_bytes` (if not 0) replacing the old one, which only this tail of
+    /// the step reads. The ordinals of the state tensors are pushed to `states`.
+    fn training_steps_with_state(
+        plan: &mut StepPlan,
+        steps: usize,
+        layers: usize,
+        width: usize,
+        limit: Option<u64>,
+        state_bytes: u64,
+        states: &mut Vec<u64>,
+    ) -> Vec<Vec<(usize, SegmentEvent)>> {
         let mut live = 0u64;
+        let mut state: Vec<Option<u64>> = vec![None; layers];
         let mut params: Vec<Option<u64>> = vec![None; layers];
         let mut all = Vec::new();
         for _ in 0..steps {
@@ -986,13 +1111,23 @@ mod tests {
                     grad = Some(create(plan, token, 100, &mut live));
                 }
             }
-            for param in params.iter_mut() {
+            for (param, state) in params.iter_mut().zip(&mut state) {
+                if let Some(s) = *state {
+                    plan.on_read(s);
+                    plan.on_drop(s);
+                    live -= state_bytes;
+                }
                 if let Some(p) = *param {
                     plan.on_read(p);
                     plan.on_drop(p);
                     live -= 10;
                 }
                 *param = Some(create(plan, 20_000, 10, &mut live));
+                if state_bytes > 0 {
+                    let s = create(plan, 30_000, state_bytes, &mut live);
+                    states.push(s);
+                    *state = Some(s);
+                }
             }
             if let Some(g) = grad {
                 plan.on_drop(g);
@@ -1012,7 +1147,11 @@ mod tests {
         let figures = plan.figures();
         assert!(figures.segments >= 2, "{figures:?}");
         let last = &steps[5];
-        assert_eq!(last.first(), Some(&(0, SegmentEvent::Open)), "{last:?}");
+        assert_eq!(
+            last.first(),
+            Some(&(0, SegmentEvent::Open { park: Vec::new() })),
+            "{last:?}"
+        );
         assert_eq!(
             last.last(),
             Some(&(layers * width, SegmentEvent::Close)),
@@ -1085,7 +1224,10 @@ mod tests {
         let after = plan.figures();
         assert_eq!(after.period, 2 * 8 * 14 + 8);
         assert!(after.segments > 0, "{after:?}");
-        assert_eq!(steps[5].first(), Some(&(0, SegmentEvent::Open)));
+        assert_eq!(
+            steps[5].first(),
+            Some(&(0, SegmentEvent::Open { park: Vec::new() }))
+        );
         assert_eq!(steps[5].last(), Some(&(8 * 14, SegmentEvent::Close)));
     }
 
@@ -1109,21 +1251,21 @@ mod tests {
             ],
         };
         // Held from creation to last read, inclusive: five tensors at positions 4 and 5.
-        assert_eq!(record.simulate(&[0], &[]), 50);
+        assert_eq!(record.simulate(&[0], &[], Parked::NONE), 50);
         // A cut at 2: the second tensor is read by the op that makes the third, which begins
         // the next segment, so it is a checkpoint; the first is evicted from position 3 until
         // the backward pass reads it, at 7.
         let cuts = [0, 2];
         let last_read = record.last_reads(&cuts);
         assert_eq!(last_read, vec![1, u64::MAX, 3, 0]);
-        assert_eq!(record.simulate(&cuts, &last_read), 40);
+        assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 40);
         // Read across the cut as well, the first tensor is a checkpoint too and stays.
         let mut reads = record.reads.clone();
         reads[0] = vec![1, 3, 7];
         let record = StepRecord { reads, ..record };
         let last_read = record.last_reads(&cuts);
         assert_eq!(last_read[..2], [u64::MAX, u64::MAX]);
-        assert_eq!(record.simulate(&cuts, &last_read), 50);
+        assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 50);
     }
 
     #[test]
@@ -1139,5 +1281,67 @@ mod tests {
         assert!(figures.estimated_peak <= 4_000, "{figures:?}");
         assert!(figures.estimated_peak > 3_000, "{figures:?}");
         assert_eq!(plan.segment_share, SEGMENT_SHARE * SEGMENT_SEARCH_STEP);
+    }
+
+    #[test]
+    fn optimizer_state_is_parked_only_when_no_segments_fit_without_it() {
+        let (layers, width) = (8, 10);
+        // 3,200 bytes of optimizer state: under 8,000 the segments fit beside it, under
+        // 4,000 they do not, and the plan parks some of it for the forward and backward
+        // passes.
+        let mut plan = StepPlan::default();
+        let mut states = Vec::new();
+        training_steps_with_state(&mut plan, 6, layers, width, Some(8_000), 400, &mut states);
+        let roomy = plan.figures();
+        assert!(roomy.segments >= 2, "{roomy:?}");
+        assert_eq!(roomy.parked_bytes, 0, "{roomy:?}");
+
+        let mut plan = StepPlan::default();
+        let mut states = Vec::new();
+        let steps =
+            training_steps_with_state(&mut plan, 6, layers, width, Some(4_000), 400, &mut states);
+        let tight = plan.figures();
+        assert!(tight.parked_bytes > 0, "{tight:?}");
+        assert!(
+            tight.parked_bytes < 8 * 400,
+            "the fewest bytes that fit: {tight:?}"
+        );
+        assert!(tight.estimated_peak <= 4_000, "{tight:?}");
+        // The forward pass's start (here the newest state tensor, after which the step's own
+        // tensors are all gone) names state the step before made that the next step reads
+        // only in its optimizer tail: the same number of tensors every step, and the layers
+        // read last.
+        let opens: Vec<&Vec<u64>> = steps[4..]
+            .iter()
+            .flatten()
+            .filter_map(|(_, event)| match event {
+                SegmentEvent::Open { park } => Some(park),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(opens.len(), 2, "{steps:?}");
+        assert_eq!(opens[0].len(), opens[1].len());
+        assert_eq!(opens[0].len() as u64 * 400, tight.parked_bytes);
+        for park in opens {
+            assert!(
+                park.iter().all(|ordinal| states.contains(ordinal)),
+                "{park:?}"
+            );
+            let newest = states
+                .iter()
+                .position(|s| *s > park[park.len() - 1])
+                .unwrap();
+            let layers_parked: Vec<usize> = park
+                .iter()
+                .map(|ordinal| states.iter().position(|s| s == ordinal).unwrap() % layers)
+                .collect();
+            // Ascending ordinals, the layers just before the newest state's.
+            let last = newest % layers;
+            assert_eq!(
+                layers_parked,
+                (last - park.len()..last).collect::<Vec<_>>(),
+                "{park:?}"
+            );
+        }
     }
 }

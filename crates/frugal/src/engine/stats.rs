@@ -105,6 +105,12 @@ remat_stats! {
     /// The step's peak live bytes under its segments, as simulated from the recorded step
     /// when they were cut (0: no segments).
     level plan_estimated_peak,
+    /// Bytes of optimizer state the plan parks in host memory for each step's forward and
+    /// backward passes, because no segments fit the budget beside it (0: none).
+    level plan_parked_bytes,
+    /// Bytes parked so far (each step's share of `offloaded_bytes` that the plan, not an
+    /// eviction round, moved; they come back when the optimizer reads them).
+    event parked_bytes,
     /// Times the forward pass was cut into segments (again when the step or budget changed,
     /// or when a step under the plan still needed the budget to evict).
     event segment_plans,

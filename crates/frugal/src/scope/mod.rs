@@ -139,7 +139,7 @@ impl Scopes {
             return;
         }
         match event {
-            SegmentEvent::Open => {
+            SegmentEvent::Open { .. } => {
                 self.end_segment();
                 let id = self.begin_segment();
                 self.forward.store(id, Relaxed);

@@ -20,6 +20,8 @@ use burn::tensor::{Tensor, TensorData};
 use frugal::{Frugal, Policy, RematStats, memory};
 
 type B = Autodiff<Frugal<NdArray>>;
+/// Input, hidden and output widths of the test's network.
+const WIDTHS: [usize; 5] = [32, 96, 96, 96, 8];
 const DEVICE: NdArrayDevice = NdArrayDevice::Cpu;
 
 /// Tests share the device's budget: one at a time, and none left behind.
@@ -36,8 +38,7 @@ struct Net<B: Backend> {
 }
 
 impl<B: Backend> Net<B> {
-    fn new(device: &B::Device) -> Self {
-        let widths = [32, 96, 96, 96, 8];
+    fn with_widths(device: &B::Device, widths: &[usize]) -> Self {
         Self {
             layers: widths
                 .windows(2)
@@ -80,8 +81,13 @@ struct Run {
 /// Trains `Net` with Adam for one step per entry of `rows` (the batch size of that step),
 /// applying `budget_at(step)` before each step.
 fn train(rows: &[usize], budget_at: impl Fn(usize) -> Option<u64>) -> Run {
+    train_net(&WIDTHS, rows, budget_at)
+}
+
+/// As [`train`], with a network of `widths`.
+fn train_net(widths: &[usize], rows: &[usize], budget_at: impl Fn(usize) -> Option<u64>) -> Run {
     B::seed(&DEVICE, 7);
-    let mut model = Net::<B>::new(&DEVICE);
+    let mut model = Net::<B>::with_widths(&DEVICE, widths);
     let mut optim = AdamConfig::new().init::<B, Net<B>>();
     let mut run = Run {
         losses: Vec::new(),
@@ -92,8 +98,9 @@ fn train(rows: &[usize], budget_at: impl Fn(usize) -> Option<u64>) -> Run {
     for (step, &n) in rows.iter().enumerate() {
         memory::set_budget(&DEVICE, budget_at(step));
         let before = memory::remat_stats(&DEVICE);
-        let x = Tensor::<B, 2>::from_data(batch(n, 32, step as u64 % 4), &DEVICE);
-        let y = Tensor::<B, 2>::from_data(batch(n, 8, 100 + step as u64 % 4), &DEVICE);
+        let (inputs, outputs) = (widths[0], widths[widths.len() - 1]);
+        let x = Tensor::<B, 2>::from_data(batch(n, inputs, step as u64 % 4), &DEVICE);
+        let y = Tensor::<B, 2>::from_data(batch(n, outputs, 100 + step as u64 % 4), &DEVICE);
         let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
         run.losses.push(loss.clone().into_scalar().to_bits());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -273,4 +280,34 @@ fn budget_decisions_and_the_learned_step_are_logged() {
         with(log::Level::Debug, "step plan: a step of") > 0,
         "the learned step is not logged: {lines:#?}"
     );
+}
+
+#[test]
+fn optimizer_state_is_parked_when_segments_alone_cannot_keep_the_budget() {
+    let _serial = lock();
+    // Wide layers: Adam's moments (twice the parameters) crowd a budget of a quarter of the
+    // peak, and the forward segments alone cannot fit it.
+    let widths = [32, 256, 256, 256, 8];
+    let rows = [256; 10];
+    let base = memory::live_bytes(&DEVICE);
+    memory::reset_peak(&DEVICE);
+    let free = train_net(&widths, &rows, |_| None);
+    let budget = base + (memory::peak_bytes(&DEVICE) - base) / 4;
+    let planned = train_net(&widths, &rows, |_| Some(budget));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    assert!(planned.most_live <= budget);
+    let last = planned.per_step.last().unwrap();
+    assert!(last.plan_segments >= 2, "{last:?}");
+    assert!(last.plan_parked_bytes > 0, "nothing parked: {last:?}");
+    // Parked when the forward pass begins, every step, and back when the optimizer reads it.
+    for stats in &planned.per_step[5..] {
+        assert!(stats.parked_bytes > 0, "{:#?}", planned.per_step);
+        assert!(stats.uploads > 0, "{stats:?}");
+    }
+    let moments: u64 = widths
+        .windows(2)
+        .map(|w| 2 * 4 * (w[0] * w[1] + w[1]) as u64)
+        .sum();
+    assert!(last.plan_parked_bytes <= moments, "{last:?}");
 }
