@@ -79,6 +79,18 @@ impl Parked {
     const NONE: Parked = Parked { bytes: 0, until: 0 };
 }
 
+/// One way to cut the forward pass into segments, tried by [`StepPlan::cut_segments`].
+struct Cutting {
+    /// The step's simulated peak under it.
+    peak: u64,
+    /// The share of the room each segment keeps.
+    share: f64,
+    /// Positions where segments begin.
+    cuts: Vec<u64>,
+    /// See [`StepRecord::last_reads`].
+    last_read: Vec<u64>,
+}
+
 /// A candidate period and how long its match has run.
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
@@ -511,15 +523,20 @@ impl StepPlan {
         let search = |parked: Parked| {
             let room = limit.saturating_sub(record.base_live.saturating_sub(parked.bytes));
             let mut share = self.segment_share;
-            let mut best: Option<(u64, f64, Vec<u64>, Vec<u64>)> = None;
+            let mut best: Option<Cutting> = None;
             loop {
                 let segment_bytes = (room as f64 * share) as u64;
                 if segment_bytes > 0 {
                     let cuts = cut_at(&saved, &crossing, end, segment_bytes);
                     let last_read = record.last_reads(&cuts);
                     let peak = record.simulate(&cuts, &last_read, parked);
-                    if best.as_ref().is_none_or(|b| peak < b.0) {
-                        best = Some((peak, share, cuts, last_read));
+                    if best.as_ref().is_none_or(|b| peak < b.peak) {
+                        best = Some(Cutting {
+                            peak,
+                            share,
+                            cuts,
+                            last_read,
+                        });
                     }
                     if peak <= limit {
                         break;
@@ -536,7 +553,7 @@ impl StepPlan {
         // then the fewest bytes of optimizer state, read last first, whose step fits.
         let parkable = record.parkable();
         let total: u64 = parkable.iter().map(|&(_, _, bytes)| bytes).sum();
-        let mut best: Option<((u64, f64, Vec<u64>, Vec<u64>), u64, usize, Parked)> = None;
+        let mut best: Option<(Cutting, u64, usize, Parked)> = None;
         let mut tried = usize::MAX;
         for eighth in 0..=PARK_STEPS {
             let target = total * eighth / PARK_STEPS;
@@ -555,15 +572,25 @@ impl StepPlan {
             let Some((found, room)) = search(parked) else {
                 continue;
             };
-            let fits = found.0 <= limit;
-            if best.as_ref().is_none_or(|b| found.0 < b.0.0) {
+            let fits = found.peak <= limit;
+            if best.as_ref().is_none_or(|b| found.peak < b.0.peak) {
                 best = Some((found, room, count, parked));
             }
             if fits {
                 break;
             }
         }
-        let ((estimated_peak, share, cuts, last_read), room, count, parked) = best?;
+        let (
+            Cutting {
+                peak: estimated_peak,
+                share,
+                cuts,
+                last_read,
+            },
+            room,
+            count,
+            parked,
+        ) = best?;
         self.segment_share = share;
         let segment_bytes = (room as f64 * share) as u64;
         let mut park: Vec<u64> = parkable[..count].iter().map(|&(_, q, _)| q).collect();
