@@ -177,6 +177,11 @@ impl DeviceState {
         self.budget.make_room(&self.ledger);
     }
 
+    /// Makes room under the budget for a tensor of `bytes` about to be restored.
+    pub(crate) fn make_room_for(&self, bytes: u64) {
+        self.budget.make_room_for(&self.ledger, bytes);
+    }
+
     /// Evicts what it can towards the budget without failing (between the restores of a
     /// chain).
     pub(crate) fn relieve(&self) {

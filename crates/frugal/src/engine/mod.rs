@@ -70,6 +70,8 @@ pub(crate) struct CellInfo {
     predicted: AtomicU64,
     /// Whether the step plan expects it to outlive the step (parameters, optimizer state).
     outlives_step: AtomicBool,
+    /// Kept across a cut of the forward pass's segments (see [`Self::mark_checkpoint`]).
+    checkpoint: AtomicBool,
     dead: AtomicBool,
 }
 
@@ -93,6 +95,7 @@ impl CellInfo {
             last_use: AtomicU64::new(now),
             predicted: AtomicU64::new(u64::MAX),
             outlives_step: AtomicBool::new(false),
+            checkpoint: AtomicBool::new(false),
             dead: AtomicBool::new(false),
         }
     }
@@ -100,6 +103,20 @@ impl CellInfo {
     /// Whether the step plan expects it to outlive the step.
     pub(crate) fn outlives_step(&self) -> bool {
         self.outlives_step.load(Relaxed)
+    }
+
+    /// Marks it as a segment's checkpoint: a cut of the forward pass kept it because the
+    /// segments after the cut read it. Recomputing it would replay the closed segment before
+    /// it, whose tensors are gone, and that segment's checkpoint in turn: one read in the
+    /// backward pass would restore segment after segment at once. So the budget never drops it
+    /// to be recomputed; it may move it to the host.
+    pub(crate) fn mark_checkpoint(&self) {
+        self.checkpoint.store(true, Relaxed);
+    }
+
+    /// Whether a cut of the forward pass kept it (see [`Self::mark_checkpoint`]).
+    pub(crate) fn is_checkpoint(&self) -> bool {
+        self.checkpoint.load(Relaxed)
     }
 
     /// Creations until its next read, as last predicted by the step plan.
@@ -647,7 +664,9 @@ impl Budget {
         self.make_room_for(ledger, next);
     }
 
-    fn make_room_for(&self, ledger: &Ledger, next: u64) {
+    /// Evicts, if need be, so that a tensor of `next` bytes fits under the budget; does not
+    /// fail.
+    pub(crate) fn make_room_for(&self, ledger: &Ledger, next: u64) {
         let Some(limit) = self.limit() else { return };
         if ledger.live_bytes().saturating_add(next) <= limit || next >= limit {
             return;

@@ -340,13 +340,17 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         }
         self.core.pins.fetch_add(1, Relaxed);
         let _restoring = Restoring::start();
+        // Room is made before each restore, so a chain never goes over the budget by the
+        // tensor it brings back.
         for (cell, inputs) in &order {
             if cell.status() != Status::Resident {
+                self.core.state.make_room_for(cell.core().info.bytes);
                 cell.restore_one();
             }
             pins.done_reading(inputs);
             self.core.state.relieve();
         }
+        self.core.state.make_room_for(self.core.info.bytes);
         self.restore_one();
         drop(pins);
     }
@@ -515,17 +519,20 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
             return None;
         }
         let freed = storage.bytes;
-        let recompute = self.recompute_depth(&slot, policy.max_depth).map(|_| {
-            let recipe = slot.recipe.as_ref().expect("checked");
-            // DTR's evicted neighbourhood: restoring this cell also re-runs its evicted inputs.
-            self.core.info.cost
-                + recipe
-                    .inputs
-                    .iter()
-                    .filter(|input| input.try_status() == Some(Status::Evicted))
-                    .map(|input| input.core().info.cost)
-                    .sum::<f64>()
-        });
+        let recompute = (!self.core.info.is_checkpoint())
+            .then(|| self.recompute_depth(&slot, policy.max_depth))
+            .flatten()
+            .map(|_| {
+                let recipe = slot.recipe.as_ref().expect("checked");
+                // DTR's evicted neighbourhood: restoring this cell also re-runs its evicted inputs.
+                self.core.info.cost
+                    + recipe
+                        .inputs
+                        .iter()
+                        .filter(|input| input.try_status() == Some(Status::Evicted))
+                        .map(|input| input.core().info.cost)
+                        .sum::<f64>()
+            });
         let compress = (K::COMPRESSIBLE && !shared && !compressed && self.dtype == DType::F32)
             .then(|| self.core.state.budget.storage())
             .flatten()

@@ -132,7 +132,8 @@ impl Scopes {
     /// Follows the learned step's segments: opens, cuts or closes the automatic scope the
     /// forward pass's tensors are created in. At a cut, the closing segment's resident
     /// tensors that the forward pass does not read again are evicted, to be recomputed from
-    /// the kept ones when the backward pass reads them. Ignored while a scope of the program's
+    /// the kept ones when the backward pass reads them; the kept ones are marked as
+    /// checkpoints (see [`crate::engine::CellInfo::mark_checkpoint`]). Ignored while a scope of the program's
     /// own is open.
     pub(crate) fn on_segment_event(&self, event: SegmentEvent, budget: &Budget) {
         if self.current.load(Relaxed) != self.segment.load(Relaxed) {
@@ -160,10 +161,12 @@ impl Scopes {
                             .checked_sub(first)
                             .and_then(|at| last_read.get(at as usize))
                             .is_none_or(|&last| last > position);
-                        if (forward..=id).contains(&info.scope)
-                            && !read_later
-                            && cell.status() == Status::Resident
-                        {
+                        if !(forward..=id).contains(&info.scope) {
+                            continue;
+                        }
+                        if read_later {
+                            info.mark_checkpoint();
+                        } else if cell.status() == Status::Resident {
                             cell.evict();
                         }
                     }

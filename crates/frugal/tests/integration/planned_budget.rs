@@ -4,7 +4,9 @@
 //! - a learned step gives the same losses and parameters as no budget, and the same evictions
 //!   and recomputations every step;
 //! - new shapes break the learned step, which is learned again, and the budget holds meanwhile;
-//! - a budget lowered under a learned step is still kept, with the same bits.
+//! - a budget lowered under a learned step is still kept, with the same bits;
+//! - a segment's checkpoint is never dropped to be recomputed, so a deep step replays each
+//!   segment once and keeps its budget.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -76,6 +78,15 @@ struct Run {
     params: Vec<u32>,
     per_step: Vec<RematStats>,
     most_live: u64,
+    /// Each step's peak live bytes.
+    step_peaks: Vec<u64>,
+}
+
+impl Run {
+    /// The peak live bytes over the run.
+    fn peak(&self) -> u64 {
+        self.step_peaks.iter().copied().max().unwrap_or(0)
+    }
 }
 
 /// Trains `Net` with Adam for one step per entry of `rows` (the batch size of that step),
@@ -94,10 +105,12 @@ fn train_net(widths: &[usize], rows: &[usize], budget_at: impl Fn(usize) -> Opti
         params: Vec::new(),
         per_step: Vec::new(),
         most_live: 0,
+        step_peaks: Vec::new(),
     };
     for (step, &n) in rows.iter().enumerate() {
         memory::set_budget(&DEVICE, budget_at(step));
         let before = memory::remat_stats(&DEVICE);
+        memory::reset_peak(&DEVICE);
         let (inputs, outputs) = (widths[0], widths[widths.len() - 1]);
         let x = Tensor::<B, 2>::from_data(batch(n, inputs, step as u64 % 4), &DEVICE);
         let y = Tensor::<B, 2>::from_data(batch(n, outputs, 100 + step as u64 % 4), &DEVICE);
@@ -106,6 +119,7 @@ fn train_net(widths: &[usize], rows: &[usize], budget_at: impl Fn(usize) -> Opti
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model, grads);
         run.most_live = run.most_live.max(memory::live_bytes(&DEVICE));
+        run.step_peaks.push(memory::peak_bytes(&DEVICE));
         run.per_step
             .push(memory::remat_stats(&DEVICE).since(&before));
     }
@@ -121,9 +135,8 @@ fn train_net(widths: &[usize], rows: &[usize], budget_at: impl Fn(usize) -> Opti
 /// The peak live bytes of an unbudgeted run over `rows`, above what was live before.
 fn unconstrained(rows: &[usize]) -> (u64, u64, Run) {
     let base = memory::live_bytes(&DEVICE);
-    memory::reset_peak(&DEVICE);
     let run = train(rows, |_| None);
-    (base, memory::peak_bytes(&DEVICE) - base, run)
+    (base, run.peak() - base, run)
 }
 
 #[test]
@@ -290,9 +303,8 @@ fn optimizer_state_is_parked_when_segments_alone_cannot_keep_the_budget() {
     let widths = [32, 256, 256, 256, 8];
     let rows = [256; 10];
     let base = memory::live_bytes(&DEVICE);
-    memory::reset_peak(&DEVICE);
     let free = train_net(&widths, &rows, |_| None);
-    let budget = base + (memory::peak_bytes(&DEVICE) - base) / 4;
+    let budget = base + (free.peak() - base) / 4;
     let planned = train_net(&widths, &rows, |_| Some(budget));
     assert_eq!(planned.losses, free.losses, "losses");
     assert_eq!(planned.params, free.params, "parameters");
@@ -310,4 +322,37 @@ fn optimizer_state_is_parked_when_segments_alone_cannot_keep_the_budget() {
         .map(|w| 2 * 4 * (w[0] * w[1] + w[1]) as u64)
         .sum();
     assert!(last.plan_parked_bytes <= moments, "{last:?}");
+}
+
+#[test]
+fn segment_checkpoints_are_never_recomputed_so_a_deep_step_keeps_its_budget() {
+    let _serial = lock();
+    // A deep stack under a quarter of its peak: many segments, and pressure inside them.
+    let widths: Vec<usize> = [32].into_iter().chain([128; 16]).chain([8]).collect();
+    let rows = [128; 10];
+    let base = memory::live_bytes(&DEVICE);
+    let free = train_net(&widths, &rows, |_| None);
+    let budget = base + (free.peak() - base) / 4;
+    let planned = train_net(&widths, &rows, |_| Some(budget));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    let last = planned.per_step.last().unwrap();
+    assert!(last.plan_segments >= 2, "{last:?}");
+    // Once the segments are cut, a step recomputes less than its peak of activations: each
+    // segment is replayed once from its checkpoint, not segment after segment from the
+    // start of the forward pass. The peak stays within the budget, but for rounding of a
+    // step's smallest tensors.
+    let activations = free.peak() - base;
+    let steps = planned.per_step.iter().zip(&planned.step_peaks).enumerate();
+    for (step, (stats, &peak)) in steps.skip(4) {
+        assert!(
+            stats.recomputed_bytes <= activations,
+            "step {step} recomputed {} B, the whole step's activations are {activations} B",
+            stats.recomputed_bytes
+        );
+        assert!(
+            peak <= budget + budget / 100,
+            "step {step}: peak {peak} B over the budget {budget} B"
+        );
+    }
 }
