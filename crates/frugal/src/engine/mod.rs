@@ -388,33 +388,17 @@ impl Budget {
     /// parks for the forward and backward passes) to host memory in one batch; each comes back
     /// when the program reads it.
     fn park(&self, ordinals: &[u64]) {
-        let mut batch: Option<Box<dyn HostBatch>> = None;
-        let mut pending = 0;
+        let mut batch = OffloadBatch::default();
         for cell in self.cells() {
             let info = cell.info();
-            if ordinals.binary_search(&info.ordinal).is_err()
-                || cell.status() != Status::Resident
-                || !self.host_has_room(pending, info.bytes)
-            {
-                continue;
-            }
-            let bytes = info.bytes;
-            if cell
-                .clone()
-                .offload_into(&mut **batch.get_or_insert_with(|| cell.host_batch()))
-            {
-                pending += bytes;
+            if ordinals.binary_search(&info.ordinal).is_ok() && cell.status() == Status::Resident {
+                batch.add(self, &cell);
             }
         }
-        let Some(batch) = batch else { return };
-        let started = std::time::Instant::now();
-        if batch.finish() == 0 {
-            return;
+        let pending = batch.pending;
+        if batch.finish(self).is_some() {
+            self.counters.add(Counter::parked_bytes, pending);
         }
-        self.counters.add(Counter::offload_batches, 1);
-        self.counters
-            .add(Counter::offload_nanos, started.elapsed().as_nanos() as u64);
-        self.counters.add(Counter::parked_bytes, pending);
     }
 
     /// Notes that the program dropped the tensor with `ordinal`.
@@ -867,22 +851,12 @@ impl Budget {
                 break;
             }
         }
-        let mut batch: Option<Box<dyn HostBatch>> = None;
-        // Host memory is finite too: past its limit a tensor stays (and the budget may fail
-        // with a message) rather than the process being killed for memory.
-        let mut pending = 0;
+        let mut batch = OffloadBatch::default();
         for (_, cell) in offload {
             if ledger.live_bytes() <= target {
                 break;
             }
-            let bytes = cell.info().bytes;
-            if self.host_has_room(pending, bytes)
-                && cell
-                    .clone()
-                    .offload_into(&mut **batch.get_or_insert_with(|| cell.host_batch()))
-            {
-                pending += bytes;
-            }
+            batch.add(self, &cell);
         }
         // A buffer shared by a tensor that can only be offloaded and views of it: once the
         // views are evicted (recomputed from the tensor when read), the tensor is alone on its
@@ -891,36 +865,63 @@ impl Budget {
             && let Some(OffloadableGroup { views, root }) =
                 Self::offloadable_group(&mut groups, now, policy)
         {
-            let bytes = root.info().bytes;
-            if !self.host_has_room(pending, bytes) {
-                break;
-            }
-            if !views.iter().all(|view| view.evict()) {
-                break;
-            }
-            if !root
-                .clone()
-                .offload_into(&mut **batch.get_or_insert_with(|| root.host_batch()))
+            if !self.host_has_room(batch.pending, root.info().bytes)
+                || !views.iter().all(|view| view.evict())
+                || !batch.add(self, &root)
             {
                 break;
             }
-            pending += bytes;
         }
-        let Some(batch) = batch else { return 0 };
-        let started = std::time::Instant::now();
-        if batch.finish() == 0 {
+        let pending = batch.pending;
+        let Some(waited) = batch.finish(self) else {
             return 0;
-        }
-        let waited = started.elapsed().as_nanos() as u64;
+        };
         log::trace!(
             "frugal: offloaded {} to host memory on {} in {:.1} ms",
             format_bytes(pending),
             ledger.label,
             waited as f64 / 1e6
         );
-        self.counters.add(Counter::offload_batches, 1);
-        self.counters.add(Counter::offload_nanos, waited);
         waited
+    }
+}
+
+/// Tensors gathered to be read to host memory in one transaction (the device's queue drains
+/// once for all of them).
+#[derive(Default)]
+struct OffloadBatch {
+    batch: Option<Box<dyn HostBatch>>,
+    /// Bytes of the tensors added so far.
+    pending: u64,
+}
+
+impl OffloadBatch {
+    /// Adds `cell` if host memory has room for it under the budget's host limit (past it a
+    /// tensor stays, and the budget may fail with a message, rather than the process being
+    /// killed for memory); whether it was added.
+    fn add(&mut self, budget: &Budget, cell: &Arc<dyn Evictable>) -> bool {
+        let bytes = cell.info().bytes;
+        let added = budget.host_has_room(self.pending, bytes)
+            && cell
+                .clone()
+                .offload_into(&mut **self.batch.get_or_insert_with(|| cell.host_batch()));
+        if added {
+            self.pending += bytes;
+        }
+        added
+    }
+
+    /// Reads the batch to host memory and counts it; the nanoseconds waited, or `None` if
+    /// nothing was read.
+    fn finish(self, budget: &Budget) -> Option<u64> {
+        let started = std::time::Instant::now();
+        if self.batch?.finish() == 0 {
+            return None;
+        }
+        let waited = started.elapsed().as_nanos() as u64;
+        budget.counters.add(Counter::offload_batches, 1);
+        budget.counters.add(Counter::offload_nanos, waited);
+        Some(waited)
     }
 }
 
