@@ -295,22 +295,32 @@ fn budget_decisions_and_the_learned_step_are_logged() {
     );
 }
 
+/// Trains a network of `widths` over `rows` without a budget, then under a quarter of that
+/// run's peak (above what was live before), and checks that both give the same bits and that
+/// the budgeted run was cut into segments; returns the budget, the unbudgeted peak (above the
+/// base) and the budgeted run.
+fn under_a_quarter_of_the_peak(widths: &[usize], rows: &[usize]) -> (u64, u64, Run) {
+    let base = memory::live_bytes(&DEVICE);
+    let free = train_net(widths, rows, |_| None);
+    let peak = free.peak() - base;
+    let budget = base + peak / 4;
+    let planned = train_net(widths, rows, |_| Some(budget));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    let last = planned.per_step.last().unwrap();
+    assert!(last.plan_segments >= 2, "no segments: {last:?}");
+    (budget, peak, planned)
+}
+
 #[test]
 fn optimizer_state_is_parked_when_segments_alone_cannot_keep_the_budget() {
     let _serial = lock();
     // Wide layers: Adam's moments (twice the parameters) crowd a budget of a quarter of the
     // peak, and the forward segments alone cannot fit it.
     let widths = [32, 256, 256, 256, 8];
-    let rows = [256; 10];
-    let base = memory::live_bytes(&DEVICE);
-    let free = train_net(&widths, &rows, |_| None);
-    let budget = base + (free.peak() - base) / 4;
-    let planned = train_net(&widths, &rows, |_| Some(budget));
-    assert_eq!(planned.losses, free.losses, "losses");
-    assert_eq!(planned.params, free.params, "parameters");
+    let (budget, _, planned) = under_a_quarter_of_the_peak(&widths, &[256; 10]);
     assert!(planned.most_live <= budget);
     let last = planned.per_step.last().unwrap();
-    assert!(last.plan_segments >= 2, "{last:?}");
     assert!(last.plan_parked_bytes > 0, "nothing parked: {last:?}");
     // Parked when the forward pass begins, every step, and back when the optimizer reads it.
     for stats in &planned.per_step[5..] {
@@ -329,22 +339,13 @@ fn segment_checkpoints_are_never_recomputed_so_a_deep_step_keeps_its_budget() {
     let _serial = lock();
     // A deep stack under a quarter of its peak: many segments, and pressure inside them.
     let widths: Vec<usize> = [32].into_iter().chain([128; 16]).chain([8]).collect();
-    let rows = [128; 10];
-    let base = memory::live_bytes(&DEVICE);
-    let free = train_net(&widths, &rows, |_| None);
-    let budget = base + (free.peak() - base) / 4;
-    let planned = train_net(&widths, &rows, |_| Some(budget));
-    assert_eq!(planned.losses, free.losses, "losses");
-    assert_eq!(planned.params, free.params, "parameters");
-    let last = planned.per_step.last().unwrap();
-    assert!(last.plan_segments >= 2, "{last:?}");
+    let (budget, activations, planned) = under_a_quarter_of_the_peak(&widths, &[128; 10]);
     // Once the segments are settled (the first step under them may still resize them), a
     // step recomputes about its peak of activations (0.84 to 1.005 of it here, by what other
     // tests leave on the device): each segment is replayed once from its checkpoint, not
     // segment after segment from the start of the forward pass (6.2 times the activations
     // when checkpoints were dropped). The peak stays within the budget, but for rounding of
     // a step's smallest tensors.
-    let activations = free.peak() - base;
     let steps = planned.per_step.iter().zip(&planned.step_peaks).enumerate();
     for (step, (stats, &peak)) in steps.skip(5) {
         assert!(
