@@ -23,6 +23,8 @@
 //! - **matrix products on cuBLASLt** (`float_matmul`, `linear`, `linear_x_backward`,
 //!   `linear_weight_backward`) when the inner backend runs on frugal-cuda's runtime, fused or
 //!   not: f16 and bf16 by default, f32 (strict or TF32) when asked; see [`Products`];
+//! - **uploads** of tensors brought back from host memory, on frugal-cuda's runtime: the host
+//!   bytes go to the device as they are, with no host copy and no wait (see `upload`);
 //! - **the 8-bit AdamW update** (`crate::optim::AdamW8bit`): one launch per parameter, in
 //!   place (its dispatch is in `crate::optim`, above the tensor type it unwraps).
 //!
@@ -432,6 +434,26 @@ pub(crate) fn linear_weight_backward<B: Backend>(
 
 #[cfg(feature = "frugal-cuda")]
 mod products;
+
+#[cfg(feature = "frugal-cuda")]
+mod upload;
+
+/// `data` on `device` as primitive `P`, uploaded without a host copy where the runtime allows
+/// (frugal-cuda, fused or not); else `data` back for the backend's own `from_data`.
+pub(crate) fn try_upload<P: 'static, D: 'static>(
+    data: burn_backend::TensorData,
+    device: &D,
+) -> Result<P, burn_backend::TensorData> {
+    #[cfg(feature = "frugal-cuda")]
+    {
+        upload::try_upload(data, device)
+    }
+    #[cfg(not(feature = "frugal-cuda"))]
+    {
+        let _ = device;
+        Err(data)
+    }
+}
 
 #[cfg(test)]
 mod tests {

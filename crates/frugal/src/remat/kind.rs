@@ -43,7 +43,7 @@ macro_rules! kinds {
                 B::$device(tensor)
             }
             fn from_host(data: TensorData, device: &B::Device) -> Self::Prim {
-                B::$from(data, device)
+                kinds!(@upload $slot, data, device, $from)
             }
             fn push_read(
                 tensor: Self::Prim,
@@ -61,6 +61,13 @@ macro_rules! kinds {
             }
         }
     )*};
+    (@upload Quantized, $data:ident, $device:ident, $from:ident) => {
+        B::$from($data, $device)
+    };
+    (@upload $slot:ident, $data:ident, $device:ident, $from:ident) => {
+        $crate::kernels::try_upload::<Self::Prim, B::Device>($data, $device)
+            .unwrap_or_else(|data| B::$from(data, $device))
+    };
     (@compressible none) => { false };
     (@compressible $cast:ident) => { true };
     (@cast none, $t:ident, $d:ident) => {{
