@@ -4,6 +4,10 @@
 //! Both backends run the same op suite in interleaved rounds (so machine noise hits both
 //! alike); each figure is the median over rounds of the mean time per call. The ratio is
 //! Frugal's time over NdArray's, measured in the same run.
+//!
+//! ```sh
+//! cargo bench -p frugal-benches --bench overhead -- --rounds 7 --iters 1000
+//! ```
 
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
@@ -27,6 +31,9 @@ struct Args {
     /// Print one JSON line per op as well.
     #[arg(long)]
     json: bool,
+    /// Passed by `cargo bench` to every bench target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 type Op = (&'static str, Box<dyn FnMut()>);
