@@ -386,25 +386,22 @@ std::thread_local! {
         std::cell::RefCell::new(std::collections::HashSet::new());
 }
 
-/// Queues a copy of host `data` (contiguous, row-major, `shape` of `elem_size`-byte elements)
-/// into `out`, laid out with `strides`, on `device`'s stream after everything queued before it.
+/// Queues a copy of host `data` (contiguous, row-major) into the buffer `descriptor` names, laid
+/// out as it says, on `device`'s stream after everything queued before it.
 ///
 /// Unlike `ComputeClient::create`, which first copies the bytes into a new pageable buffer,
-/// this hands `data` to the server as it is: host memory read back from this runtime is
-/// pinned, so a tensor brought back to the device costs one DMA and no host copy, and the
+/// this hands `data` to the server's `write` as it is: host memory read back from this runtime
+/// is pinned, so a tensor brought back to the device costs one DMA and no host copy, and the
 /// caller does not wait for it. `data` is kept alive until the copy has run. A failure (an
 /// unbound handle, a layout the copy does not take) is reported by the next sync or read.
 pub fn upload(
     device: &FrugalCudaDevice,
-    out: &cubecl_core::server::Handle,
-    shape: cubecl_core::zspace::Shape,
-    strides: cubecl_core::zspace::Strides,
-    elem_size: usize,
+    descriptor: cubecl_core::server::CopyDescriptor,
     data: cubecl_common::bytes::Bytes,
 ) {
-    let descriptor =
-        cubecl_core::server::CopyDescriptor::new(out.clone().binding(), shape, strides, elem_size);
-    server_handle(device).submit(move |server| server.write_queued(descriptor, data));
+    use cubecl_runtime::server::ComputeServer;
+    let stream = cubecl_common::stream_id::StreamId::current();
+    server_handle(device).submit(move |server| server.write(vec![(descriptor, data)], stream));
 }
 
 /// The channel to `device`'s server, made once per thread and device (making it takes a

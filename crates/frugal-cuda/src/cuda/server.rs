@@ -465,16 +465,6 @@ impl FrugalCudaServer {
         }
     }
 
-    /// Copies `data` into `descriptor`'s buffer on the stream, queued without a caller
-    /// waiting: pinned `data` goes by DMA as it is, with no host copy; a failure is recorded
-    /// as a server error, reported by the next sync, read or flush.
-    pub(crate) fn write_queued(&mut self, descriptor: CopyDescriptor, data: Bytes) {
-        self.enter();
-        if let Err(e) = self.write_to_device(descriptor, data) {
-            self.record(e.into());
-        }
-    }
-
     fn gemm_with(
         &mut self,
         blas: &mut BlasLt,

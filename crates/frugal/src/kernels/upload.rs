@@ -12,6 +12,7 @@ use burn_fusion::{FusionTensor, NoOp, stream::OperationStreams};
 use burn_ir::{BackendIr, InitOperationIr, OperationIr};
 use burn_std::Metadata;
 use cubecl::Runtime;
+use cubecl::server::CopyDescriptor;
 use frugal_cuda::{FrugalCudaDevice, FrugalCudaRuntime};
 
 use super::cube::Cube;
@@ -21,22 +22,19 @@ type R = FrugalCudaRuntime;
 /// `data` on `device` as primitive `P` if `P` is frugal-cuda's tensor (fused or not); else
 /// `data` back, for the backend's own `from_data`.
 pub(crate) fn try_upload<P: Any, D: Any>(data: TensorData, device: &D) -> Result<P, TensorData> {
-    let want = std::any::TypeId::of::<P>();
-    let direct = want == std::any::TypeId::of::<CubeTensor<R>>();
-    let fused = want == std::any::TypeId::of::<FusionTensor<FusionCubeRuntime<R>>>();
     let Some(device) = (device as &dyn Any).downcast_ref::<FrugalCudaDevice>() else {
         return Err(data);
     };
-    if !direct && !fused {
+    let mut slot: Option<P> = None;
+    let any = &mut slot as &mut dyn Any;
+    if let Some(slot) = any.downcast_mut::<Option<CubeTensor<R>>>() {
+        *slot = Some(upload(data, device));
+    } else if let Some(slot) = any.downcast_mut::<Option<FusionTensor<FusionCubeRuntime<R>>>>() {
+        *slot = Some(register_fused(upload(data, device)));
+    } else {
         return Err(data);
     }
-    let tensor = upload(data, device);
-    let boxed: Box<dyn Any> = if direct {
-        Box::new(tensor)
-    } else {
-        Box::new(register_fused(tensor))
-    };
-    Ok(*boxed.downcast::<P>().expect("the type was checked above"))
+    Ok(slot.expect("filled above"))
 }
 
 /// What burn-cubecl's `from_data` does, with the bytes handed over instead of copied.
@@ -44,14 +42,13 @@ fn upload(data: TensorData, device: &FrugalCudaDevice) -> CubeTensor<R> {
     let client = R::client(device);
     let elem_size = data.dtype.size();
     let layout = client.empty_tensor(data.shape.clone(), elem_size);
-    frugal_cuda::upload(
-        device,
-        &layout.memory,
+    let descriptor = CopyDescriptor::new(
+        layout.memory.clone().binding(),
         data.shape.clone(),
         layout.strides.clone(),
         elem_size,
-        data.bytes,
     );
+    frugal_cuda::upload(device, descriptor, data.bytes);
     let shape: Shape = (&data.shape).into();
     CubeTensor::new(
         client,
