@@ -9,6 +9,15 @@
 //! the rows of the other side are staged block by block in shared memory as f32, and every unit
 //! reads the same address at a time there (a broadcast, free of bank conflicts).
 //!
+//! Rows are held as vectors of `N` f32 lanes (`head_dim = lanes * N`; the host picks 4 where
+//! `head_dim` allows): one shared-memory load then feeds `N` multiply-adds, and a dot product
+//! runs as `N` independent sums, so neither the loads nor the adds' latency set the pace.
+//!
+//! The dK/dV kernel would need four rows per unit in registers (its key and value rows and two
+//! accumulators); more than a unit has, so the value row lives in the cube's shared memory,
+//! laid out column-major so that the units' reads fall in distinct banks. Only its owner reads
+//! it, so it needs no barrier.
+//!
 //! With `unroll` (chosen by the host) the loops over `head_dim` are unrolled so a unit's rows
 //! stay in registers; without it they are plain loops, which software rasterisers such as
 //! Mesa's lavapipe compile in a fraction of the time.
@@ -57,27 +66,63 @@ fn bias_at<E: Float>(
     f32::cast_from(bias[index])
 }
 
-/// Copies `rows` rows of `head_dim` elements starting at row `first` of `src` (offset `base`)
-/// into shared memory as f32, zeros past `limit`; every unit of the cube takes part.
+/// The sum of a vector's lanes.
 #[cube]
-fn stage_rows<E: Float>(
+fn lane_sum<N: Size>(value: Vector<f32, N>) -> f32 {
+    let mut sum = 0.0f32;
+    #[unroll]
+    for c in 0..N::value() {
+        sum += value[c];
+    }
+    sum
+}
+
+/// `N` consecutive elements of `src` from `start` as an f32 vector; zeros unless `ok`.
+#[cube]
+fn load_lanes<E: Float, N: Size>(src: &Array<E>, start: usize, ok: bool) -> Vector<f32, N> {
+    let mut value = Vector::<f32, N>::new(0.0f32);
+    if ok {
+        #[unroll]
+        for c in 0..N::value() {
+            value[c] = f32::cast_from(src[start + c]);
+        }
+    }
+    value
+}
+
+/// Writes an f32 vector scaled by `factor` to `N` consecutive elements of `dst` from `start`.
+#[cube]
+fn store_lanes<E: Float, N: Size>(
+    dst: &mut Array<E>,
+    start: usize,
+    value: Vector<f32, N>,
+    factor: f32,
+) {
+    #[unroll]
+    for c in 0..N::value() {
+        dst[start + c] = E::cast_from(value[c] * factor);
+    }
+}
+
+/// Copies `rows` rows of `lanes` vectors starting at row `first` of `src` (offset `base`) into
+/// shared memory as f32, zeros past `limit`; every unit of the cube takes part.
+#[cube]
+fn stage_rows<E: Float, N: Size>(
     src: &Array<E>,
-    dst: &mut SharedMemory<f32>,
+    dst: &mut SharedMemory<Vector<f32, N>>,
     base: usize,
     first: usize,
     limit: usize,
     #[comptime] rows: usize,
-    #[comptime] head_dim: usize,
+    #[comptime] lanes: usize,
     #[comptime] units: usize,
 ) {
+    let width = N::value();
     let mut idx = UNIT_POS as usize;
-    while idx < rows * head_dim {
-        let row = first + idx / head_dim;
-        let mut value = 0.0f32;
-        if row < limit {
-            value = f32::cast_from(src[base + first * head_dim + idx]);
-        }
-        dst[idx] = value;
+    while idx < rows * lanes {
+        let row = first + idx / lanes;
+        let start = base + first * lanes * width + idx * width;
+        dst[idx] = load_lanes::<E, N>(src, start, row < limit);
         idx += units;
     }
 }
@@ -85,7 +130,7 @@ fn stage_rows<E: Float>(
 /// Flash-attention forward: `out = softmax(scale * q kᵀ + bias, masked) v` and each query
 /// row's logsumexp (natural log, of the scaled and biased scores) in f32.
 #[cube(launch_unchecked)]
-pub(crate) fn forward_kernel<E: Float>(
+pub(crate) fn forward_kernel<E: Float, N: Size>(
     q: &Array<E>,
     k: &Array<E>,
     v: &Array<E>,
@@ -100,6 +145,7 @@ pub(crate) fn forward_kernel<E: Float>(
     bias_row: usize,
     scale: f32,
     #[comptime] head_dim: usize,
+    #[comptime] lanes: usize,
     #[comptime] block_q: usize,
     #[comptime] block_k: usize,
     #[comptime] causal: bool,
@@ -107,27 +153,24 @@ pub(crate) fn forward_kernel<E: Float>(
     #[comptime] unroll: bool,
     #[define(E)] _dtype: StorageType,
 ) {
+    let width = N::value();
     let bh = CUBE_POS_X as usize;
     let first_row = CUBE_POS_Y as usize * block_q;
     let row = first_row + UNIT_POS as usize;
     let q_base = bh * seq_q * head_dim;
     let kv_base = bh * seq_k * head_dim;
 
-    let mut k_tile = SharedMemory::<f32>::new(block_k * head_dim);
-    let mut v_tile = SharedMemory::<f32>::new(block_k * head_dim);
+    let mut k_tile = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
+    let mut v_tile = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
     let mut scores = Array::<f32>::new(block_k);
-    let mut q_row = Array::<f32>::new(head_dim);
-    let mut acc = Array::<f32>::new(head_dim);
+    let mut q_row = Array::<Vector<f32, N>>::new(lanes);
+    let mut acc = Array::<Vector<f32, N>>::new(lanes);
 
     let row_ok = row < seq_q;
     #[unroll(unroll)]
-    for d in 0..head_dim {
-        let mut value = 0.0f32;
-        if row_ok {
-            value = f32::cast_from(q[q_base + row * head_dim + d]);
-        }
-        q_row[d] = value;
-        acc[d] = 0.0f32;
+    for d in 0..lanes {
+        q_row[d] = load_lanes::<E, N>(q, q_base + row * head_dim + d * width, row_ok);
+        acc[d] = Vector::<f32, N>::new(0.0f32);
     }
 
     let mut running_max = f32::new(MASKED_SCORE);
@@ -142,24 +185,24 @@ pub(crate) fn forward_kernel<E: Float>(
     let mut kv_start = 0usize;
     while kv_start < kv_end {
         sync_cube();
-        stage_rows::<E>(
+        stage_rows::<E, N>(
             k,
             &mut k_tile,
             kv_base,
             kv_start,
             seq_k,
             block_k,
-            head_dim,
+            lanes,
             block_q,
         );
-        stage_rows::<E>(
+        stage_rows::<E, N>(
             v,
             &mut v_tile,
             kv_base,
             kv_start,
             seq_k,
             block_k,
-            head_dim,
+            lanes,
             block_q,
         );
         sync_cube();
@@ -167,12 +210,12 @@ pub(crate) fn forward_kernel<E: Float>(
         let mut tile_max = f32::new(MASKED_SCORE);
         for j in 0..block_k {
             let key = kv_start + j;
-            let mut dot = 0.0f32;
+            let mut dot = Vector::<f32, N>::new(0.0f32);
             #[unroll(unroll)]
-            for d in 0..head_dim {
-                dot += q_row[d] * k_tile[j * head_dim + d];
+            for d in 0..lanes {
+                dot += q_row[d] * k_tile[j * lanes + d];
             }
-            let mut score = dot * scale;
+            let mut score = lane_sum::<N>(dot) * scale;
             let play = in_play(row, key, seq_q, seq_k, causal);
             if has_bias {
                 if play {
@@ -189,17 +232,19 @@ pub(crate) fn forward_kernel<E: Float>(
         let new_max = max(running_max, tile_max);
         let correction = (running_max - new_max).exp();
         running_sum *= correction;
+        let correction_lanes = Vector::<f32, N>::new(correction);
         #[unroll(unroll)]
-        for d in 0..head_dim {
-            acc[d] *= correction;
+        for d in 0..lanes {
+            acc[d] = acc[d] * correction_lanes;
         }
         for j in 0..block_k {
             let score = scores[j];
             let p = select(score > MASKED, (score - new_max).exp(), 0.0f32);
             running_sum += p;
+            let p_lanes = Vector::<f32, N>::new(p);
             #[unroll(unroll)]
-            for d in 0..head_dim {
-                acc[d] += p * v_tile[j * head_dim + d];
+            for d in 0..lanes {
+                acc[d] += p_lanes * v_tile[j * lanes + d];
             }
         }
         running_max = new_max;
@@ -210,8 +255,8 @@ pub(crate) fn forward_kernel<E: Float>(
         // A row with every key masked has no probability mass: its output is 0.
         let inv = select(running_sum > 0.0f32, 1.0f32 / running_sum, 0.0f32);
         #[unroll(unroll)]
-        for d in 0..head_dim {
-            out[q_base + row * head_dim + d] = E::cast_from(acc[d] * inv);
+        for d in 0..lanes {
+            store_lanes::<E, N>(out, q_base + row * head_dim + d * width, acc[d], inv);
         }
         let log_sum = select(
             running_sum > 0.0f32,
@@ -248,7 +293,7 @@ pub(crate) fn delta_kernel<E: Float>(
 /// dK and dV: one unit per key row, walking the query blocks (`dV = Σ_i p_ij dO_i`,
 /// `dK = scale Σ_i p_ij (dO_i · v_j − delta_i) q_i`).
 #[cube(launch_unchecked)]
-pub(crate) fn grad_kv_kernel<E: Float>(
+pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
     q: &Array<E>,
     k: &Array<E>,
     v: &Array<E>,
@@ -266,6 +311,7 @@ pub(crate) fn grad_kv_kernel<E: Float>(
     bias_row: usize,
     scale: f32,
     #[comptime] head_dim: usize,
+    #[comptime] lanes: usize,
     #[comptime] block_q: usize,
     #[comptime] block_k: usize,
     #[comptime] causal: bool,
@@ -273,34 +319,32 @@ pub(crate) fn grad_kv_kernel<E: Float>(
     #[comptime] unroll: bool,
     #[define(E)] _dtype: StorageType,
 ) {
+    let width = N::value();
     let bh = CUBE_POS_X as usize;
+    let unit = UNIT_POS as usize;
     let first_key = CUBE_POS_Y as usize * block_k;
-    let key = first_key + UNIT_POS as usize;
+    let key = first_key + unit;
     let q_base = bh * seq_q * head_dim;
     let kv_base = bh * seq_k * head_dim;
 
-    let mut q_tile = SharedMemory::<f32>::new(block_q * head_dim);
-    let mut do_tile = SharedMemory::<f32>::new(block_q * head_dim);
+    let mut q_tile = SharedMemory::<Vector<f32, N>>::new(block_q * lanes);
+    let mut do_tile = SharedMemory::<Vector<f32, N>>::new(block_q * lanes);
     let mut lse_tile = SharedMemory::<f32>::new(block_q);
     let mut delta_tile = SharedMemory::<f32>::new(block_q);
+    // Each unit's value row, lane vector `d` at `d * block_k + unit`.
+    let mut v_rows = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
 
-    let mut k_row = Array::<f32>::new(head_dim);
-    let mut v_row = Array::<f32>::new(head_dim);
-    let mut dk = Array::<f32>::new(head_dim);
-    let mut dv = Array::<f32>::new(head_dim);
+    let mut k_row = Array::<Vector<f32, N>>::new(lanes);
+    let mut dk = Array::<Vector<f32, N>>::new(lanes);
+    let mut dv = Array::<Vector<f32, N>>::new(lanes);
     let key_ok = key < seq_k;
     #[unroll(unroll)]
-    for d in 0..head_dim {
-        let mut kv = 0.0f32;
-        let mut vv = 0.0f32;
-        if key_ok {
-            kv = f32::cast_from(k[kv_base + key * head_dim + d]);
-            vv = f32::cast_from(v[kv_base + key * head_dim + d]);
-        }
-        k_row[d] = kv;
-        v_row[d] = vv;
-        dk[d] = 0.0f32;
-        dv[d] = 0.0f32;
+    for d in 0..lanes {
+        let start = kv_base + key * head_dim + d * width;
+        k_row[d] = load_lanes::<E, N>(k, start, key_ok);
+        v_rows[d * block_k + unit] = load_lanes::<E, N>(v, start, key_ok);
+        dk[d] = Vector::<f32, N>::new(0.0f32);
+        dv[d] = Vector::<f32, N>::new(0.0f32);
     }
 
     // Causal: queries before the block's first key see none of its keys.
@@ -311,27 +355,27 @@ pub(crate) fn grad_kv_kernel<E: Float>(
 
     while q_start < seq_q {
         sync_cube();
-        stage_rows::<E>(
+        stage_rows::<E, N>(
             q,
             &mut q_tile,
             q_base,
             q_start,
             seq_q,
             block_q,
-            head_dim,
+            lanes,
             block_k,
         );
-        stage_rows::<E>(
+        stage_rows::<E, N>(
             grad_out,
             &mut do_tile,
             q_base,
             q_start,
             seq_q,
             block_q,
-            head_dim,
+            lanes,
             block_k,
         );
-        let mut idx = UNIT_POS as usize;
+        let mut idx = unit;
         while idx < block_q {
             let row = q_start + idx;
             let mut l = 0.0f32;
@@ -348,12 +392,12 @@ pub(crate) fn grad_kv_kernel<E: Float>(
 
         for i in 0..block_q {
             let row = q_start + i;
-            let mut dot = 0.0f32;
+            let mut dot = Vector::<f32, N>::new(0.0f32);
             #[unroll(unroll)]
-            for d in 0..head_dim {
-                dot += q_tile[i * head_dim + d] * k_row[d];
+            for d in 0..lanes {
+                dot += q_tile[i * lanes + d] * k_row[d];
             }
-            let mut score = dot * scale;
+            let mut score = lane_sum::<N>(dot) * scale;
             let play = in_play(row, key, seq_q, seq_k, causal);
             if has_bias {
                 if play {
@@ -363,17 +407,18 @@ pub(crate) fn grad_kv_kernel<E: Float>(
             }
             let keep = play && score > MASKED;
             let p = select(keep, (score - lse_tile[i]).exp(), 0.0f32);
-            let mut dp = 0.0f32;
+            let p_lanes = Vector::<f32, N>::new(p);
+            let mut dp = Vector::<f32, N>::new(0.0f32);
             #[unroll(unroll)]
-            for d in 0..head_dim {
-                let g = do_tile[i * head_dim + d];
-                dv[d] += p * g;
-                dp += g * v_row[d];
+            for d in 0..lanes {
+                let g = do_tile[i * lanes + d];
+                dv[d] += p_lanes * g;
+                dp += g * v_rows[d * block_k + unit];
             }
-            let ds = p * (dp - delta_tile[i]);
+            let ds = Vector::<f32, N>::new(p * (lane_sum::<N>(dp) - delta_tile[i]));
             #[unroll(unroll)]
-            for d in 0..head_dim {
-                dk[d] += ds * q_tile[i * head_dim + d];
+            for d in 0..lanes {
+                dk[d] += ds * q_tile[i * lanes + d];
             }
         }
         q_start += block_q;
@@ -381,10 +426,10 @@ pub(crate) fn grad_kv_kernel<E: Float>(
 
     if key_ok {
         #[unroll(unroll)]
-        for d in 0..head_dim {
-            let index = kv_base + key * head_dim + d;
-            grad_k[index] = E::cast_from(dk[d] * scale);
-            grad_v[index] = E::cast_from(dv[d]);
+        for d in 0..lanes {
+            let start = kv_base + key * head_dim + d * width;
+            store_lanes::<E, N>(grad_k, start, dk[d], scale);
+            store_lanes::<E, N>(grad_v, start, dv[d], 1.0f32);
         }
     }
 }
@@ -392,7 +437,7 @@ pub(crate) fn grad_kv_kernel<E: Float>(
 /// dQ: one unit per query row, walking the key blocks
 /// (`dQ = scale Σ_j p_ij (dO_i · v_j − delta_i) k_j`).
 #[cube(launch_unchecked)]
-pub(crate) fn grad_q_kernel<E: Float>(
+pub(crate) fn grad_q_kernel<E: Float, N: Size>(
     q: &Array<E>,
     k: &Array<E>,
     v: &Array<E>,
@@ -409,6 +454,7 @@ pub(crate) fn grad_q_kernel<E: Float>(
     bias_row: usize,
     scale: f32,
     #[comptime] head_dim: usize,
+    #[comptime] lanes: usize,
     #[comptime] block_q: usize,
     #[comptime] block_k: usize,
     #[comptime] causal: bool,
@@ -416,30 +462,26 @@ pub(crate) fn grad_q_kernel<E: Float>(
     #[comptime] unroll: bool,
     #[define(E)] _dtype: StorageType,
 ) {
+    let width = N::value();
     let bh = CUBE_POS_X as usize;
     let first_row = CUBE_POS_Y as usize * block_q;
     let row = first_row + UNIT_POS as usize;
     let q_base = bh * seq_q * head_dim;
     let kv_base = bh * seq_k * head_dim;
 
-    let mut k_tile = SharedMemory::<f32>::new(block_k * head_dim);
-    let mut v_tile = SharedMemory::<f32>::new(block_k * head_dim);
+    let mut k_tile = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
+    let mut v_tile = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
 
-    let mut q_row = Array::<f32>::new(head_dim);
-    let mut do_row = Array::<f32>::new(head_dim);
-    let mut dq = Array::<f32>::new(head_dim);
+    let mut q_row = Array::<Vector<f32, N>>::new(lanes);
+    let mut do_row = Array::<Vector<f32, N>>::new(lanes);
+    let mut dq = Array::<Vector<f32, N>>::new(lanes);
     let row_ok = row < seq_q;
     #[unroll(unroll)]
-    for d in 0..head_dim {
-        let mut qv = 0.0f32;
-        let mut gv = 0.0f32;
-        if row_ok {
-            qv = f32::cast_from(q[q_base + row * head_dim + d]);
-            gv = f32::cast_from(grad_out[q_base + row * head_dim + d]);
-        }
-        q_row[d] = qv;
-        do_row[d] = gv;
-        dq[d] = 0.0f32;
+    for d in 0..lanes {
+        let start = q_base + row * head_dim + d * width;
+        q_row[d] = load_lanes::<E, N>(q, start, row_ok);
+        do_row[d] = load_lanes::<E, N>(grad_out, start, row_ok);
+        dq[d] = Vector::<f32, N>::new(0.0f32);
     }
     let mut row_lse = 0.0f32;
     let mut row_delta = 0.0f32;
@@ -456,38 +498,38 @@ pub(crate) fn grad_q_kernel<E: Float>(
     let mut kv_start = 0usize;
     while kv_start < kv_end {
         sync_cube();
-        stage_rows::<E>(
+        stage_rows::<E, N>(
             k,
             &mut k_tile,
             kv_base,
             kv_start,
             seq_k,
             block_k,
-            head_dim,
+            lanes,
             block_q,
         );
-        stage_rows::<E>(
+        stage_rows::<E, N>(
             v,
             &mut v_tile,
             kv_base,
             kv_start,
             seq_k,
             block_k,
-            head_dim,
+            lanes,
             block_q,
         );
         sync_cube();
 
         for j in 0..block_k {
             let key = kv_start + j;
-            let mut dot = 0.0f32;
-            let mut dp = 0.0f32;
+            let mut dot = Vector::<f32, N>::new(0.0f32);
+            let mut dp = Vector::<f32, N>::new(0.0f32);
             #[unroll(unroll)]
-            for d in 0..head_dim {
-                dot += q_row[d] * k_tile[j * head_dim + d];
-                dp += do_row[d] * v_tile[j * head_dim + d];
+            for d in 0..lanes {
+                dot += q_row[d] * k_tile[j * lanes + d];
+                dp += do_row[d] * v_tile[j * lanes + d];
             }
-            let mut score = dot * scale;
+            let mut score = lane_sum::<N>(dot) * scale;
             let play = in_play(row, key, seq_q, seq_k, causal);
             if has_bias {
                 if play {
@@ -497,10 +539,10 @@ pub(crate) fn grad_q_kernel<E: Float>(
             }
             let keep = play && score > MASKED;
             let p = select(keep, (score - row_lse).exp(), 0.0f32);
-            let ds = p * (dp - row_delta);
+            let ds = Vector::<f32, N>::new(p * (lane_sum::<N>(dp) - row_delta));
             #[unroll(unroll)]
-            for d in 0..head_dim {
-                dq[d] += ds * k_tile[j * head_dim + d];
+            for d in 0..lanes {
+                dq[d] += ds * k_tile[j * lanes + d];
             }
         }
         kv_start += block_k;
@@ -508,8 +550,8 @@ pub(crate) fn grad_q_kernel<E: Float>(
 
     if row_ok {
         #[unroll(unroll)]
-        for d in 0..head_dim {
-            grad_q[q_base + row * head_dim + d] = E::cast_from(dq[d] * scale);
+        for d in 0..lanes {
+            store_lanes::<E, N>(grad_q, q_base + row * head_dim + d * width, dq[d], scale);
         }
     }
 }

@@ -118,10 +118,17 @@ const ROWS_PER_CUBE: usize = 64;
 /// The launch geometry for one device and head dimension.
 #[derive(Debug, Clone, Copy)]
 struct Tiles {
-    /// Units per cube, each owning a row.
+    /// Units per cube of the forward and dQ kernels, each owning a query row.
     units: usize,
-    /// Rows of the other side staged in shared memory per step.
+    /// Key rows those kernels stage in shared memory per step.
     staged: usize,
+    /// Units per cube of the dK/dV kernel, each owning a key row (whose value row it keeps in
+    /// shared memory).
+    kv_units: usize,
+    /// Query rows the dK/dV kernel stages per step.
+    kv_staged: usize,
+    /// f32 lanes per vector the kernels compute with (4, 2 or 1, dividing `head_dim`).
+    width: usize,
 }
 
 impl Tiles {
@@ -130,15 +137,52 @@ impl Tiles {
         let units = ROWS_PER_CUBE
             .min(hardware.max_units_per_cube as usize)
             .max(1);
-        // Two staged f32 tiles and two per-row f32 values, within the device's shared memory
-        // (capped at 48 KiB, what every CUDA device gives without opting in to more).
+        // Within the device's shared memory, capped at 48 KiB (what every CUDA device gives
+        // without opting in to more).
         let budget = hardware.max_shared_memory_size.clamp(1024, 48 * 1024) - 512;
+        let row_bytes = head_dim * 4;
+        // Forward and dQ: two staged tiles of rows.
         let mut staged = 64;
-        while staged > 1 && 2 * staged * (head_dim + 1) * 4 > budget {
+        while staged > 1 && 2 * staged * row_bytes > budget {
             staged /= 2;
         }
-        Tiles { units, staged }
+        // dK/dV: the units' own value rows, then two staged tiles of rows and two f32 per row.
+        let mut kv_units = units;
+        while kv_units > 1 && kv_units * row_bytes > budget / 2 {
+            kv_units /= 2;
+        }
+        let left = budget - kv_units * row_bytes;
+        let mut kv_staged = 64;
+        while kv_staged > 1 && 2 * kv_staged * (row_bytes + 4) > left {
+            kv_staged /= 2;
+        }
+        let width = vector_width(client, head_dim);
+        Tiles {
+            units,
+            staged,
+            kv_units,
+            kv_staged,
+            width,
+        }
     }
+
+    /// Vectors per row.
+    fn lanes(&self, head_dim: usize) -> usize {
+        head_dim / self.width
+    }
+}
+
+/// The f32 lanes per vector the kernels compute with: the widest of 4, 2 and 1 dividing
+/// `head_dim` on native GPU runtimes; 1 on wgpu, where lavapipe keeps the rows' vectors in
+/// function memory and runs the kernels an order of magnitude slower than with scalars.
+fn vector_width<R: Runtime>(client: &ComputeClient<R>, head_dim: usize) -> usize {
+    if !unroll_rows(client) {
+        return 1;
+    }
+    [4, 2, 1]
+        .into_iter()
+        .find(|w| head_dim % w == 0)
+        .unwrap_or(1)
 }
 
 /// Whether the kernels unroll their loops over `head_dim` (keeping rows in registers): yes on
@@ -205,12 +249,13 @@ pub fn validate<R: Runtime>(
         ));
     }
     let max_y = hardware.max_cube_count.1 as usize;
-    let blocks = seq_q.max(seq_k).div_ceil(ROWS_PER_CUBE);
-    if blocks > max_y {
+    let tiles = Tiles::for_device(client, head_dim);
+    let rows_per_cube = tiles.units.min(tiles.kv_units);
+    if seq_q.max(seq_k).div_ceil(rows_per_cube) > max_y {
         return Err(invalid(
             "sequence length",
             seq_q.max(seq_k),
-            format!("at most {} on this device", max_y * ROWS_PER_CUBE),
+            format!("at most {} on this device", max_y * rows_per_cube),
         ));
     }
     for (what, len) in [("q", shape.q_len()), ("k and v", shape.kv_len())] {
@@ -301,6 +346,7 @@ pub fn attention_forward<R: Runtime>(
             client,
             count,
             CubeDim::new_1d(tiles.units as u32),
+            tiles.width,
             ArrayArg::from_raw_parts(q.clone(), shape.q_len()),
             ArrayArg::from_raw_parts(k.clone(), shape.kv_len()),
             ArrayArg::from_raw_parts(v.clone(), shape.kv_len()),
@@ -315,6 +361,7 @@ pub fn attention_forward<R: Runtime>(
             bias_row,
             scale,
             shape.head_dim,
+            tiles.lanes(shape.head_dim),
             tiles.units,
             tiles.staged,
             config.causal,
@@ -384,8 +431,9 @@ pub fn attention_backward<R: Runtime>(
     unsafe {
         kernels::grad_kv_kernel::launch_unchecked::<R>(
             client,
-            CubeCount::Static(bh, shape.seq_k.div_ceil(tiles.units) as u32, 1),
-            CubeDim::new_1d(tiles.units as u32),
+            CubeCount::Static(bh, shape.seq_k.div_ceil(tiles.kv_units) as u32, 1),
+            CubeDim::new_1d(tiles.kv_units as u32),
+            tiles.width,
             arr(q, shape.q_len()),
             arr(k, shape.kv_len()),
             arr(v, shape.kv_len()),
@@ -403,8 +451,9 @@ pub fn attention_backward<R: Runtime>(
             bias_row,
             scale,
             shape.head_dim,
-            tiles.staged,
-            tiles.units,
+            tiles.lanes(shape.head_dim),
+            tiles.kv_staged,
+            tiles.kv_units,
             config.causal,
             has_bias,
             unroll_rows(client),
@@ -414,6 +463,7 @@ pub fn attention_backward<R: Runtime>(
             client,
             CubeCount::Static(bh, shape.seq_q.div_ceil(tiles.units) as u32, 1),
             CubeDim::new_1d(tiles.units as u32),
+            tiles.width,
             arr(q, shape.q_len()),
             arr(k, shape.kv_len()),
             arr(v, shape.kv_len()),
@@ -430,6 +480,7 @@ pub fn attention_backward<R: Runtime>(
             bias_row,
             scale,
             shape.head_dim,
+            tiles.lanes(shape.head_dim),
             tiles.units,
             tiles.staged,
             config.causal,

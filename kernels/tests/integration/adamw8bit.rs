@@ -1,5 +1,6 @@
 //! The 8-bit AdamW update (wgpu or CUDA): against a scalar host reference over several steps
-//! (block sizes, a partial last block, a zero block, both decay kinds), and its input checks.
+//! (block sizes, a partial last block, a zero block, both decay kinds), bit for bit on wgpu and
+//! within a stated tolerance on CUDA, and its input checks.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use crate::common::*;
@@ -98,6 +99,18 @@ fn reference(
     }
 }
 
+/// Asserts `|actual - expected| <= tolerance * max(1, |expected|)` element by element.
+fn assert_close(actual: &[f32], expected: &[f32], tolerance: f32, ctx: &str) {
+    assert_eq!(actual.len(), expected.len(), "{ctx}: length");
+    for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
+        let bound = tolerance * e.abs().max(1.0);
+        assert!(
+            (a - e).abs() <= bound,
+            "{ctx}: [{i}] got {a:e}, expected {e:e}"
+        );
+    }
+}
+
 fn upload_u32(client: &ComputeClient<R>, words: &[u32]) -> Handle {
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     client.create_from_slice(&bytes)
@@ -123,7 +136,7 @@ fn scalars(time: i32, decay: WeightDecay) -> AdamW8bitScalars {
 }
 
 #[test]
-fn steps_match_the_host_reference_bit_for_bit() {
+fn steps_match_the_host_reference() {
     let client = client();
     let t = tables();
     let table = upload_f32(&client, &t);
@@ -180,14 +193,31 @@ fn steps_match_the_host_reference_bit_for_bit() {
             adamw8bit_update(&client, buffers, &table, block_size, &s).unwrap();
         }
         let case = format!("len {len}, block {block_size}, {decay:?}");
-        assert_bits32(&read_f32(&client, &param_h, len), &param, &case);
-        assert_eq!(
-            read_bytes(&client, &codes_h, 2 * padded),
-            codes,
-            "{case}: codes"
-        );
-        assert_bits32(&read_f32(&client, &absmax_h, 2 * blocks), &absmax, &case);
-        assert_eq!(absmax[0], 0.0, "{case}: the zero block stays zero");
+        let got_param = read_f32(&client, &param_h, len);
+        let got_codes = read_bytes(&client, &codes_h, 2 * padded);
+        let got_absmax = read_f32(&client, &absmax_h, 2 * blocks);
+        if cfg!(feature = "wgpu") {
+            assert_bits32(&got_param, &param, &case);
+            assert_eq!(got_codes, codes, "{case}: codes");
+            assert_bits32(&got_absmax, &absmax, &case);
+        } else {
+            // NVRTC contracts a multiply and an add into one fused multiply-add (CubeCL
+            // compiles without `--fmad=false`), rounding once where the host rounds twice; a
+            // moment one rounding apart may then fall on the other side of a code's bound.
+            assert_close(&got_param, &param, 1e-5, &format!("{case}: param"));
+            assert_close(&got_absmax, &absmax, 1e-5, &format!("{case}: absmax"));
+            let differing = got_codes.iter().zip(&codes).filter(|(a, b)| a != b);
+            let far = differing
+                .clone()
+                .filter(|(a, b)| a.abs_diff(**b) > 1)
+                .count();
+            assert_eq!(far, 0, "{case}: codes more than one step apart");
+            assert!(
+                differing.count() * 1000 <= codes.len(),
+                "{case}: more than 0.1% of the codes differ"
+            );
+        }
+        assert_eq!(got_absmax[0], 0.0, "{case}: the zero block stays zero");
     }
 }
 
