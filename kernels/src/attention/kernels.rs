@@ -13,10 +13,15 @@
 //! `head_dim` allows): one shared-memory load then feeds `N` multiply-adds, and a dot product
 //! runs as `N` independent sums, so neither the loads nor the adds' latency set the pace.
 //!
-//! The dK/dV kernel would need four rows per unit in registers (its key and value rows and two
-//! accumulators); more than a unit has, so the value row lives in the cube's shared memory,
-//! laid out column-major so that the units' reads fall in distinct banks. Only its owner reads
-//! it, so it needs no barrier.
+//! With `split = 2` (chosen by the host on native GPUs) two neighbouring units share a row, each
+//! owning half of its lanes, and add their partial dot products with one shuffle: the dK/dV
+//! kernel would otherwise keep four full rows per unit in registers (its key and value rows and
+//! two accumulators), more than a unit has. Staged rows then carry one vector of padding between
+//! their halves, so that the two halves read at once fall in different banks.
+//!
+//! Causal kernels whose blocks get heavier with their position (the forward and dQ kernels:
+//! later query blocks see more keys) take their blocks in reverse order, so the heaviest start
+//! first and the last wave is short.
 //!
 //! With `unroll` (chosen by the host) the loops over `head_dim` are unrolled so a unit's rows
 //! stay in registers; without it they are plain loops, which software rasterisers such as
@@ -104,8 +109,19 @@ fn store_lanes<E: Float, N: Size>(
     }
 }
 
+/// Adds a row's partial sums across the `split` units that share it (neighbours in a plane).
+#[cube]
+fn combine(value: f32, #[comptime] split: usize) -> f32 {
+    let mut sum = value;
+    if comptime!(split > 1) {
+        sum += plane_shuffle_xor(value, 1u32);
+    }
+    sum
+}
+
 /// Copies `rows` rows of `lanes` vectors starting at row `first` of `src` (offset `base`) into
-/// shared memory as f32, zeros past `limit`; every unit of the cube takes part.
+/// shared memory as f32 (rows `lanes + split - 1` vectors apart, parts one vector apart), zeros
+/// past `limit`; every unit of the cube takes part.
 #[cube]
 fn stage_rows<E: Float, N: Size>(
     src: &Array<E>,
@@ -115,14 +131,19 @@ fn stage_rows<E: Float, N: Size>(
     limit: usize,
     #[comptime] rows: usize,
     #[comptime] lanes: usize,
+    #[comptime] split: usize,
     #[comptime] units: usize,
 ) {
     let width = N::value();
+    let part_lanes = comptime!(lanes / split);
+    let stride = comptime!(lanes + split - 1);
     let mut idx = UNIT_POS as usize;
     while idx < rows * lanes {
-        let row = first + idx / lanes;
+        let row = idx / lanes;
+        let lane = idx % lanes;
         let start = base + first * lanes * width + idx * width;
-        dst[idx] = load_lanes::<E, N>(src, start, row < limit);
+        let at = row * stride + (lane / part_lanes) * (part_lanes + 1) + lane % part_lanes;
+        dst[at] = load_lanes::<E, N>(src, start, first + row < limit);
         idx += units;
     }
 }
@@ -146,6 +167,7 @@ pub(crate) fn forward_kernel<E: Float, N: Size>(
     scale: f32,
     #[comptime] head_dim: usize,
     #[comptime] lanes: usize,
+    #[comptime] split: usize,
     #[comptime] block_q: usize,
     #[comptime] block_k: usize,
     #[comptime] causal: bool,
@@ -154,22 +176,33 @@ pub(crate) fn forward_kernel<E: Float, N: Size>(
     #[define(E)] _dtype: StorageType,
 ) {
     let width = N::value();
+    let part_lanes = comptime!(lanes / split);
+    let stride = comptime!(lanes + split - 1);
+    let units = comptime!(block_q * split);
     let bh = CUBE_POS_X as usize;
-    let first_row = CUBE_POS_Y as usize * block_q;
-    let row = first_row + UNIT_POS as usize;
+    let mut block = CUBE_POS_Y as usize;
+    if causal {
+        let blocks = CUBE_COUNT_Y as usize;
+        block = blocks - 1 - block;
+    }
+    let first_row = block * block_q;
+    let row = first_row + UNIT_POS as usize / split;
+    let part = UNIT_POS as usize % split;
+    let part_at = part * (part_lanes + 1);
     let q_base = bh * seq_q * head_dim;
     let kv_base = bh * seq_k * head_dim;
+    let row_start = q_base + row * head_dim + part * part_lanes * width;
 
-    let mut k_tile = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
-    let mut v_tile = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
+    let mut k_tile = SharedMemory::<Vector<f32, N>>::new(block_k * stride);
+    let mut v_tile = SharedMemory::<Vector<f32, N>>::new(block_k * stride);
     let mut scores = Array::<f32>::new(block_k);
-    let mut q_row = Array::<Vector<f32, N>>::new(lanes);
-    let mut acc = Array::<Vector<f32, N>>::new(lanes);
+    let mut q_row = Array::<Vector<f32, N>>::new(part_lanes);
+    let mut acc = Array::<Vector<f32, N>>::new(part_lanes);
 
     let row_ok = row < seq_q;
     #[unroll(unroll)]
-    for d in 0..lanes {
-        q_row[d] = load_lanes::<E, N>(q, q_base + row * head_dim + d * width, row_ok);
+    for d in 0..part_lanes {
+        q_row[d] = load_lanes::<E, N>(q, row_start + d * width, row_ok);
         acc[d] = Vector::<f32, N>::new(0.0f32);
     }
 
@@ -193,7 +226,8 @@ pub(crate) fn forward_kernel<E: Float, N: Size>(
             seq_k,
             block_k,
             lanes,
-            block_q,
+            split,
+            units,
         );
         stage_rows::<E, N>(
             v,
@@ -203,19 +237,21 @@ pub(crate) fn forward_kernel<E: Float, N: Size>(
             seq_k,
             block_k,
             lanes,
-            block_q,
+            split,
+            units,
         );
         sync_cube();
 
         let mut tile_max = f32::new(MASKED_SCORE);
         for j in 0..block_k {
             let key = kv_start + j;
+            let tile_at = j * stride + part_at;
             let mut dot = Vector::<f32, N>::new(0.0f32);
             #[unroll(unroll)]
-            for d in 0..lanes {
-                dot += q_row[d] * k_tile[j * lanes + d];
+            for d in 0..part_lanes {
+                dot += q_row[d] * k_tile[tile_at + d];
             }
-            let mut score = lane_sum::<N>(dot) * scale;
+            let mut score = combine(lane_sum::<N>(dot), split) * scale;
             let play = in_play(row, key, seq_q, seq_k, causal);
             if has_bias {
                 if play {
@@ -234,7 +270,7 @@ pub(crate) fn forward_kernel<E: Float, N: Size>(
         running_sum *= correction;
         let correction_lanes = Vector::<f32, N>::new(correction);
         #[unroll(unroll)]
-        for d in 0..lanes {
+        for d in 0..part_lanes {
             acc[d] = acc[d] * correction_lanes;
         }
         for j in 0..block_k {
@@ -242,9 +278,10 @@ pub(crate) fn forward_kernel<E: Float, N: Size>(
             let p = select(score > MASKED, (score - new_max).exp(), 0.0f32);
             running_sum += p;
             let p_lanes = Vector::<f32, N>::new(p);
+            let tile_at = j * stride + part_at;
             #[unroll(unroll)]
-            for d in 0..lanes {
-                acc[d] += p_lanes * v_tile[j * lanes + d];
+            for d in 0..part_lanes {
+                acc[d] += p_lanes * v_tile[tile_at + d];
             }
         }
         running_max = new_max;
@@ -255,15 +292,17 @@ pub(crate) fn forward_kernel<E: Float, N: Size>(
         // A row with every key masked has no probability mass: its output is 0.
         let inv = select(running_sum > 0.0f32, 1.0f32 / running_sum, 0.0f32);
         #[unroll(unroll)]
-        for d in 0..lanes {
-            store_lanes::<E, N>(out, q_base + row * head_dim + d * width, acc[d], inv);
+        for d in 0..part_lanes {
+            store_lanes::<E, N>(out, row_start + d * width, acc[d], inv);
         }
-        let log_sum = select(
-            running_sum > 0.0f32,
-            running_max + running_sum.ln(),
-            MASKED_SCORE,
-        );
-        lse[bh * seq_q + row] = log_sum;
+        if part == 0 {
+            let log_sum = select(
+                running_sum > 0.0f32,
+                running_max + running_sum.ln(),
+                MASKED_SCORE,
+            );
+            lse[bh * seq_q + row] = log_sum;
+        }
     }
 }
 
@@ -290,8 +329,8 @@ pub(crate) fn delta_kernel<E: Float>(
     delta[row] = sum;
 }
 
-/// dK and dV: one unit per key row, walking the query blocks (`dV = Σ_i p_ij dO_i`,
-/// `dK = scale Σ_i p_ij (dO_i · v_j − delta_i) q_i`).
+/// dK and dV: one unit (or `split` units) per key row, walking the query blocks
+/// (`dV = Σ_i p_ij dO_i`, `dK = scale Σ_i p_ij (dO_i · v_j − delta_i) q_i`).
 #[cube(launch_unchecked)]
 pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
     q: &Array<E>,
@@ -312,6 +351,7 @@ pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
     scale: f32,
     #[comptime] head_dim: usize,
     #[comptime] lanes: usize,
+    #[comptime] split: usize,
     #[comptime] block_q: usize,
     #[comptime] block_k: usize,
     #[comptime] causal: bool,
@@ -320,29 +360,32 @@ pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
     #[define(E)] _dtype: StorageType,
 ) {
     let width = N::value();
+    let part_lanes = comptime!(lanes / split);
+    let stride = comptime!(lanes + split - 1);
+    let units = comptime!(block_k * split);
     let bh = CUBE_POS_X as usize;
-    let unit = UNIT_POS as usize;
     let first_key = CUBE_POS_Y as usize * block_k;
-    let key = first_key + unit;
+    let key = first_key + UNIT_POS as usize / split;
+    let part = UNIT_POS as usize % split;
+    let part_at = part * (part_lanes + 1);
     let q_base = bh * seq_q * head_dim;
     let kv_base = bh * seq_k * head_dim;
+    let key_start = kv_base + key * head_dim + part * part_lanes * width;
 
-    let mut q_tile = SharedMemory::<Vector<f32, N>>::new(block_q * lanes);
-    let mut do_tile = SharedMemory::<Vector<f32, N>>::new(block_q * lanes);
+    let mut q_tile = SharedMemory::<Vector<f32, N>>::new(block_q * stride);
+    let mut do_tile = SharedMemory::<Vector<f32, N>>::new(block_q * stride);
     let mut lse_tile = SharedMemory::<f32>::new(block_q);
     let mut delta_tile = SharedMemory::<f32>::new(block_q);
-    // Each unit's value row, lane vector `d` at `d * block_k + unit`.
-    let mut v_rows = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
 
-    let mut k_row = Array::<Vector<f32, N>>::new(lanes);
-    let mut dk = Array::<Vector<f32, N>>::new(lanes);
-    let mut dv = Array::<Vector<f32, N>>::new(lanes);
+    let mut k_row = Array::<Vector<f32, N>>::new(part_lanes);
+    let mut v_row = Array::<Vector<f32, N>>::new(part_lanes);
+    let mut dk = Array::<Vector<f32, N>>::new(part_lanes);
+    let mut dv = Array::<Vector<f32, N>>::new(part_lanes);
     let key_ok = key < seq_k;
     #[unroll(unroll)]
-    for d in 0..lanes {
-        let start = kv_base + key * head_dim + d * width;
-        k_row[d] = load_lanes::<E, N>(k, start, key_ok);
-        v_rows[d * block_k + unit] = load_lanes::<E, N>(v, start, key_ok);
+    for d in 0..part_lanes {
+        k_row[d] = load_lanes::<E, N>(k, key_start + d * width, key_ok);
+        v_row[d] = load_lanes::<E, N>(v, key_start + d * width, key_ok);
         dk[d] = Vector::<f32, N>::new(0.0f32);
         dv[d] = Vector::<f32, N>::new(0.0f32);
     }
@@ -363,7 +406,8 @@ pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
             seq_q,
             block_q,
             lanes,
-            block_k,
+            split,
+            units,
         );
         stage_rows::<E, N>(
             grad_out,
@@ -373,9 +417,10 @@ pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
             seq_q,
             block_q,
             lanes,
-            block_k,
+            split,
+            units,
         );
-        let mut idx = unit;
+        let mut idx = UNIT_POS as usize;
         while idx < block_q {
             let row = q_start + idx;
             let mut l = 0.0f32;
@@ -386,18 +431,19 @@ pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
             }
             lse_tile[idx] = l;
             delta_tile[idx] = dl;
-            idx += block_k;
+            idx += units;
         }
         sync_cube();
 
         for i in 0..block_q {
             let row = q_start + i;
+            let tile_at = i * stride + part_at;
             let mut dot = Vector::<f32, N>::new(0.0f32);
             #[unroll(unroll)]
-            for d in 0..lanes {
-                dot += q_tile[i * lanes + d] * k_row[d];
+            for d in 0..part_lanes {
+                dot += q_tile[tile_at + d] * k_row[d];
             }
-            let mut score = lane_sum::<N>(dot) * scale;
+            let mut score = combine(lane_sum::<N>(dot), split) * scale;
             let play = in_play(row, key, seq_q, seq_k, causal);
             if has_bias {
                 if play {
@@ -410,15 +456,16 @@ pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
             let p_lanes = Vector::<f32, N>::new(p);
             let mut dp = Vector::<f32, N>::new(0.0f32);
             #[unroll(unroll)]
-            for d in 0..lanes {
-                let g = do_tile[i * lanes + d];
+            for d in 0..part_lanes {
+                let g = do_tile[tile_at + d];
                 dv[d] += p_lanes * g;
-                dp += g * v_rows[d * block_k + unit];
+                dp += g * v_row[d];
             }
-            let ds = Vector::<f32, N>::new(p * (lane_sum::<N>(dp) - delta_tile[i]));
+            let dp_sum = combine(lane_sum::<N>(dp), split);
+            let ds = Vector::<f32, N>::new(p * (dp_sum - delta_tile[i]));
             #[unroll(unroll)]
-            for d in 0..lanes {
-                dk[d] += ds * q_tile[i * lanes + d];
+            for d in 0..part_lanes {
+                dk[d] += ds * q_tile[tile_at + d];
             }
         }
         q_start += block_q;
@@ -426,15 +473,14 @@ pub(crate) fn grad_kv_kernel<E: Float, N: Size>(
 
     if key_ok {
         #[unroll(unroll)]
-        for d in 0..lanes {
-            let start = kv_base + key * head_dim + d * width;
-            store_lanes::<E, N>(grad_k, start, dk[d], scale);
-            store_lanes::<E, N>(grad_v, start, dv[d], 1.0f32);
+        for d in 0..part_lanes {
+            store_lanes::<E, N>(grad_k, key_start + d * width, dk[d], scale);
+            store_lanes::<E, N>(grad_v, key_start + d * width, dv[d], 1.0f32);
         }
     }
 }
 
-/// dQ: one unit per query row, walking the key blocks
+/// dQ: one unit (or `split` units) per query row, walking the key blocks
 /// (`dQ = scale Σ_j p_ij (dO_i · v_j − delta_i) k_j`).
 #[cube(launch_unchecked)]
 pub(crate) fn grad_q_kernel<E: Float, N: Size>(
@@ -455,6 +501,7 @@ pub(crate) fn grad_q_kernel<E: Float, N: Size>(
     scale: f32,
     #[comptime] head_dim: usize,
     #[comptime] lanes: usize,
+    #[comptime] split: usize,
     #[comptime] block_q: usize,
     #[comptime] block_k: usize,
     #[comptime] causal: bool,
@@ -463,24 +510,34 @@ pub(crate) fn grad_q_kernel<E: Float, N: Size>(
     #[define(E)] _dtype: StorageType,
 ) {
     let width = N::value();
+    let part_lanes = comptime!(lanes / split);
+    let stride = comptime!(lanes + split - 1);
+    let units = comptime!(block_q * split);
     let bh = CUBE_POS_X as usize;
-    let first_row = CUBE_POS_Y as usize * block_q;
-    let row = first_row + UNIT_POS as usize;
+    let mut block = CUBE_POS_Y as usize;
+    if causal {
+        let blocks = CUBE_COUNT_Y as usize;
+        block = blocks - 1 - block;
+    }
+    let first_row = block * block_q;
+    let row = first_row + UNIT_POS as usize / split;
+    let part = UNIT_POS as usize % split;
+    let part_at = part * (part_lanes + 1);
     let q_base = bh * seq_q * head_dim;
     let kv_base = bh * seq_k * head_dim;
+    let row_start = q_base + row * head_dim + part * part_lanes * width;
 
-    let mut k_tile = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
-    let mut v_tile = SharedMemory::<Vector<f32, N>>::new(block_k * lanes);
+    let mut k_tile = SharedMemory::<Vector<f32, N>>::new(block_k * stride);
+    let mut v_tile = SharedMemory::<Vector<f32, N>>::new(block_k * stride);
 
-    let mut q_row = Array::<Vector<f32, N>>::new(lanes);
-    let mut do_row = Array::<Vector<f32, N>>::new(lanes);
-    let mut dq = Array::<Vector<f32, N>>::new(lanes);
+    let mut q_row = Array::<Vector<f32, N>>::new(part_lanes);
+    let mut do_row = Array::<Vector<f32, N>>::new(part_lanes);
+    let mut dq = Array::<Vector<f32, N>>::new(part_lanes);
     let row_ok = row < seq_q;
     #[unroll(unroll)]
-    for d in 0..lanes {
-        let start = q_base + row * head_dim + d * width;
-        q_row[d] = load_lanes::<E, N>(q, start, row_ok);
-        do_row[d] = load_lanes::<E, N>(grad_out, start, row_ok);
+    for d in 0..part_lanes {
+        q_row[d] = load_lanes::<E, N>(q, row_start + d * width, row_ok);
+        do_row[d] = load_lanes::<E, N>(grad_out, row_start + d * width, row_ok);
         dq[d] = Vector::<f32, N>::new(0.0f32);
     }
     let mut row_lse = 0.0f32;
@@ -506,7 +563,8 @@ pub(crate) fn grad_q_kernel<E: Float, N: Size>(
             seq_k,
             block_k,
             lanes,
-            block_q,
+            split,
+            units,
         );
         stage_rows::<E, N>(
             v,
@@ -516,20 +574,23 @@ pub(crate) fn grad_q_kernel<E: Float, N: Size>(
             seq_k,
             block_k,
             lanes,
-            block_q,
+            split,
+            units,
         );
         sync_cube();
 
         for j in 0..block_k {
             let key = kv_start + j;
+            let tile_at = j * stride + part_at;
             let mut dot = Vector::<f32, N>::new(0.0f32);
             let mut dp = Vector::<f32, N>::new(0.0f32);
             #[unroll(unroll)]
-            for d in 0..lanes {
-                dot += q_row[d] * k_tile[j * lanes + d];
-                dp += do_row[d] * v_tile[j * lanes + d];
+            for d in 0..part_lanes {
+                dot += q_row[d] * k_tile[tile_at + d];
+                dp += do_row[d] * v_tile[tile_at + d];
             }
-            let mut score = lane_sum::<N>(dot) * scale;
+            let mut score = combine(lane_sum::<N>(dot), split) * scale;
+            let dp_sum = combine(lane_sum::<N>(dp), split);
             let play = in_play(row, key, seq_q, seq_k, causal);
             if has_bias {
                 if play {
@@ -539,10 +600,10 @@ pub(crate) fn grad_q_kernel<E: Float, N: Size>(
             }
             let keep = play && score > MASKED;
             let p = select(keep, (score - row_lse).exp(), 0.0f32);
-            let ds = Vector::<f32, N>::new(p * (lane_sum::<N>(dp) - row_delta));
+            let ds = Vector::<f32, N>::new(p * (dp_sum - row_delta));
             #[unroll(unroll)]
-            for d in 0..lanes {
-                dq[d] += ds * k_tile[j * lanes + d];
+            for d in 0..part_lanes {
+                dq[d] += ds * k_tile[tile_at + d];
             }
         }
         kv_start += block_k;
@@ -550,8 +611,8 @@ pub(crate) fn grad_q_kernel<E: Float, N: Size>(
 
     if row_ok {
         #[unroll(unroll)]
-        for d in 0..lanes {
-            store_lanes::<E, N>(grad_q, q_base + row * head_dim + d * width, dq[d], scale);
+        for d in 0..part_lanes {
+            store_lanes::<E, N>(grad_q, row_start + d * width, dq[d], scale);
         }
     }
 }

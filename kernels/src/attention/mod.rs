@@ -118,14 +118,13 @@ const ROWS_PER_CUBE: usize = 64;
 /// The launch geometry for one device and head dimension.
 #[derive(Debug, Clone, Copy)]
 struct Tiles {
-    /// Units per cube of the forward and dQ kernels, each owning a query row.
-    units: usize,
-    /// Key rows those kernels stage in shared memory per step.
+    /// Rows one cube owns (query rows in the forward and dQ kernels, key rows in dK/dV).
+    rows: usize,
+    /// Units sharing a row (1, or 2 on native GPUs where the row's vectors split evenly).
+    split: usize,
+    /// Rows of the other side staged in shared memory per step, forward and dQ.
     staged: usize,
-    /// Units per cube of the dK/dV kernel, each owning a key row (whose value row it keeps in
-    /// shared memory).
-    kv_units: usize,
-    /// Query rows the dK/dV kernel stages per step.
+    /// Query rows the dK/dV kernel stages per step (with their logsumexp and delta).
     kv_staged: usize,
     /// f32 lanes per vector the kernels compute with (4, 2 or 1, dividing `head_dim`).
     width: usize,
@@ -134,33 +133,31 @@ struct Tiles {
 impl Tiles {
     fn for_device<R: Runtime>(client: &ComputeClient<R>, head_dim: usize) -> Self {
         let hardware = &client.properties().hardware;
-        let units = ROWS_PER_CUBE
-            .min(hardware.max_units_per_cube as usize)
-            .max(1);
+        let max_units = (hardware.max_units_per_cube as usize).max(1);
+        let width = vector_width(client, head_dim);
+        let lanes = head_dim / width;
+        let split = if unroll_rows(client) && lanes % 2 == 0 && 2 * ROWS_PER_CUBE <= max_units {
+            2
+        } else {
+            1
+        };
+        let rows = ROWS_PER_CUBE.min(max_units / split).max(1);
         // Within the device's shared memory, capped at 48 KiB (what every CUDA device gives
-        // without opting in to more).
+        // without opting in to more); a staged row has one vector of padding per extra part.
         let budget = hardware.max_shared_memory_size.clamp(1024, 48 * 1024) - 512;
-        let row_bytes = head_dim * 4;
-        // Forward and dQ: two staged tiles of rows.
+        let row_bytes = (lanes + split - 1) * width * 4;
         let mut staged = 64;
         while staged > 1 && 2 * staged * row_bytes > budget {
             staged /= 2;
         }
-        // dK/dV: the units' own value rows, then two staged tiles of rows and two f32 per row.
-        let mut kv_units = units;
-        while kv_units > 1 && kv_units * row_bytes > budget / 2 {
-            kv_units /= 2;
-        }
-        let left = budget - kv_units * row_bytes;
         let mut kv_staged = 64;
-        while kv_staged > 1 && 2 * kv_staged * (row_bytes + 4) > left {
+        while kv_staged > 1 && 2 * kv_staged * (row_bytes + 4) > budget {
             kv_staged /= 2;
         }
-        let width = vector_width(client, head_dim);
         Tiles {
-            units,
+            rows,
+            split,
             staged,
-            kv_units,
             kv_staged,
             width,
         }
@@ -169,6 +166,11 @@ impl Tiles {
     /// Vectors per row.
     fn lanes(&self, head_dim: usize) -> usize {
         head_dim / self.width
+    }
+
+    /// Units per cube.
+    fn units(&self) -> u32 {
+        (self.rows * self.split) as u32
     }
 }
 
@@ -250,7 +252,7 @@ pub fn validate<R: Runtime>(
     }
     let max_y = hardware.max_cube_count.1 as usize;
     let tiles = Tiles::for_device(client, head_dim);
-    let rows_per_cube = tiles.units.min(tiles.kv_units);
+    let rows_per_cube = tiles.rows;
     if seq_q.max(seq_k).div_ceil(rows_per_cube) > max_y {
         return Err(invalid(
             "sequence length",
@@ -335,7 +337,7 @@ pub fn attention_forward<R: Runtime>(
         bias_arg(q, &shape, bias.as_ref());
     let count = CubeCount::Static(
         (shape.batch * shape.heads) as u32,
-        shape.seq_q.div_ceil(tiles.units) as u32,
+        shape.seq_q.div_ceil(tiles.rows) as u32,
         1,
     );
     // SAFETY: every buffer holds its shape's elements (checked above; the outputs were just
@@ -345,7 +347,7 @@ pub fn attention_forward<R: Runtime>(
         kernels::forward_kernel::launch_unchecked::<R>(
             client,
             count,
-            CubeDim::new_1d(tiles.units as u32),
+            CubeDim::new_1d(tiles.units()),
             tiles.width,
             ArrayArg::from_raw_parts(q.clone(), shape.q_len()),
             ArrayArg::from_raw_parts(k.clone(), shape.kv_len()),
@@ -362,7 +364,8 @@ pub fn attention_forward<R: Runtime>(
             scale,
             shape.head_dim,
             tiles.lanes(shape.head_dim),
-            tiles.units,
+            tiles.split,
+            tiles.rows,
             tiles.staged,
             config.causal,
             has_bias,
@@ -431,8 +434,8 @@ pub fn attention_backward<R: Runtime>(
     unsafe {
         kernels::grad_kv_kernel::launch_unchecked::<R>(
             client,
-            CubeCount::Static(bh, shape.seq_k.div_ceil(tiles.kv_units) as u32, 1),
-            CubeDim::new_1d(tiles.kv_units as u32),
+            CubeCount::Static(bh, shape.seq_k.div_ceil(tiles.rows) as u32, 1),
+            CubeDim::new_1d(tiles.units()),
             tiles.width,
             arr(q, shape.q_len()),
             arr(k, shape.kv_len()),
@@ -452,8 +455,9 @@ pub fn attention_backward<R: Runtime>(
             scale,
             shape.head_dim,
             tiles.lanes(shape.head_dim),
+            tiles.split,
             tiles.kv_staged,
-            tiles.kv_units,
+            tiles.rows,
             config.causal,
             has_bias,
             unroll_rows(client),
@@ -461,8 +465,8 @@ pub fn attention_backward<R: Runtime>(
         );
         kernels::grad_q_kernel::launch_unchecked::<R>(
             client,
-            CubeCount::Static(bh, shape.seq_q.div_ceil(tiles.units) as u32, 1),
-            CubeDim::new_1d(tiles.units as u32),
+            CubeCount::Static(bh, shape.seq_q.div_ceil(tiles.rows) as u32, 1),
+            CubeDim::new_1d(tiles.units()),
             tiles.width,
             arr(q, shape.q_len()),
             arr(k, shape.kv_len()),
@@ -481,7 +485,8 @@ pub fn attention_backward<R: Runtime>(
             scale,
             shape.head_dim,
             tiles.lanes(shape.head_dim),
-            tiles.units,
+            tiles.split,
+            tiles.rows,
             tiles.staged,
             config.causal,
             has_bias,
