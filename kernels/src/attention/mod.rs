@@ -136,11 +136,12 @@ impl Tiles {
         let max_units = (hardware.max_units_per_cube as usize).max(1);
         let width = vector_width(client, head_dim);
         let lanes = head_dim / width;
-        let split = if unroll_rows(client) && lanes % 2 == 0 && 2 * ROWS_PER_CUBE <= max_units {
-            2
-        } else {
-            1
-        };
+        let split =
+            if unroll_rows(client) && lanes.is_multiple_of(2) && 2 * ROWS_PER_CUBE <= max_units {
+                2
+            } else {
+                1
+            };
         let rows = ROWS_PER_CUBE.min(max_units / split).max(1);
         // Within the device's shared memory, capped at 48 KiB (what every CUDA device gives
         // without opting in to more); a staged row has one vector of padding per extra part.
@@ -183,7 +184,7 @@ fn vector_width<R: Runtime>(client: &ComputeClient<R>, head_dim: usize) -> usize
     }
     [4, 2, 1]
         .into_iter()
-        .find(|w| head_dim % w == 0)
+        .find(|w| head_dim.is_multiple_of(*w))
         .unwrap_or(1)
 }
 
@@ -251,8 +252,7 @@ pub fn validate<R: Runtime>(
         ));
     }
     let max_y = hardware.max_cube_count.1 as usize;
-    let tiles = Tiles::for_device(client, head_dim);
-    let rows_per_cube = tiles.rows;
+    let rows_per_cube = Tiles::for_device(client, head_dim).rows;
     if seq_q.max(seq_k).div_ceil(rows_per_cube) > max_y {
         return Err(invalid(
             "sequence length",

@@ -171,10 +171,11 @@ impl DeviceState {
         self.budget.enforce(&self.ledger, op, needed);
     }
 
-    /// Makes room under the budget for the op about to run (see [`Budget::make_room`]).
+    /// Makes room under the budget for the op about to run, whose largest input has
+    /// `largest_input` bytes (see [`Budget::make_room`]).
     #[inline]
-    pub(crate) fn make_room(&self) {
-        self.budget.make_room(&self.ledger);
+    pub(crate) fn make_room(&self, largest_input: u64) {
+        self.budget.make_room(&self.ledger, largest_input);
     }
 
     /// Makes room under the budget for a tensor of `bytes` about to be restored.

