@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 20 on one GPU: the attention kernels' tests on CUDA (bf16 included), the kernels alone
+# Issue 20 on one GPU: the kernels' tests on CUDA (bf16 included; TEST_FILTER, attention:: by
+# default, picks which: TEST_FILTER= runs them all), the kernels alone
 # beside PyTorch's SDPA and written-out attention, and the reference step (peak-memory) with
 # attention written out and fused, f32 and bf16 autocast, beside torch_gpt.py's rows.
 # Staged in .gpu/: peak-memory.gz, attention-throughput.gz, kernel-tests.gz, torch_gpt.py,
@@ -12,7 +13,7 @@ for f in peak-memory attention-throughput kernel-tests; do [ -f $f.gz ] && gunzi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 if [ -x kernel-tests ]; then
   t0=$(date +%s)
-  timeout ${TESTS_LIMIT:-120} ./kernel-tests --test-threads 1 attention:: > $OUT/kernel-tests.txt 2>&1
+  timeout ${TESTS_LIMIT:-120} ./kernel-tests --test-threads 1 ${TEST_FILTER-attention::} > $OUT/kernel-tests.txt 2>&1
   echo "kernel tests exit $? in $(( $(date +%s) - t0 )) s"; grep -E '^test |test result' $OUT/kernel-tests.txt
 fi
 if [ -x attention-throughput ]; then

@@ -71,6 +71,18 @@ fn bias_at<E: Float>(
     f32::cast_from(bias[index])
 }
 
+/// The block of query rows this cube owns: its Y position, counted from the last block when
+/// causal (later query blocks see more keys, so the heaviest start first).
+#[cube]
+fn query_block(#[comptime] causal: bool) -> usize {
+    let mut block = CUBE_POS_Y as usize;
+    if causal {
+        let blocks = CUBE_COUNT_Y as usize;
+        block = blocks - 1 - block;
+    }
+    block
+}
+
 /// The sum of a vector's lanes.
 #[cube]
 fn lane_sum<N: Size>(value: Vector<f32, N>) -> f32 {
@@ -180,12 +192,7 @@ pub(crate) fn forward_kernel<E: Float, N: Size>(
     let stride = comptime!(lanes + split - 1);
     let units = comptime!(block_q * split);
     let bh = CUBE_POS_X as usize;
-    let mut block = CUBE_POS_Y as usize;
-    if causal {
-        let blocks = CUBE_COUNT_Y as usize;
-        block = blocks - 1 - block;
-    }
-    let first_row = block * block_q;
+    let first_row = query_block(causal) * block_q;
     let row = first_row + UNIT_POS as usize / split;
     let part = UNIT_POS as usize % split;
     let part_at = part * (part_lanes + 1);
@@ -514,12 +521,7 @@ pub(crate) fn grad_q_kernel<E: Float, N: Size>(
     let stride = comptime!(lanes + split - 1);
     let units = comptime!(block_q * split);
     let bh = CUBE_POS_X as usize;
-    let mut block = CUBE_POS_Y as usize;
-    if causal {
-        let blocks = CUBE_COUNT_Y as usize;
-        block = blocks - 1 - block;
-    }
-    let first_row = block * block_q;
+    let first_row = query_block(causal) * block_q;
     let row = first_row + UNIT_POS as usize / split;
     let part = UNIT_POS as usize % split;
     let part_at = part * (part_lanes + 1);
