@@ -126,25 +126,6 @@ fn reference(
     r
 }
 
-fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, ctx: &str) {
-    assert_eq!(got.len(), want.len(), "{ctx}: length");
-    let mut worst = (0.0f64, 0usize);
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let err = (*g as f64 - w).abs();
-        assert!(
-            err <= atol + rtol * w.abs(),
-            "{ctx}: [{i}] got {g}, want {w} (error {err:e})"
-        );
-        if err > worst.0 {
-            worst = (err, i);
-        }
-    }
-    assert!(
-        want.iter().any(|w| w.abs() > 1e-3),
-        "{ctx}: the reference is all but zero, the comparison says nothing"
-    );
-}
-
 fn upload(client: &cubecl::client::ComputeClient<R>, data: &[f32], dtype: FloatDtype) -> Handle {
     match dtype {
         FloatDtype::F32 => upload_f32(client, data),

@@ -187,3 +187,20 @@ pub fn assert_bits32(actual: &[f32], expected: &[f32], ctx: &str) {
 /// Lengths that cover the empty case, single elements, and lengths that are and are not
 /// multiples of every vector width.
 pub const LENGTHS: [usize; 9] = [0, 1, 2, 3, 4, 5, 8, 1023, 10_007];
+
+/// Asserts `|got - want| <= atol + rtol * |want|` element by element, and that the reference is
+/// not all but zero (where any result would pass).
+pub fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, ctx: &str) {
+    assert_eq!(got.len(), want.len(), "{ctx}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (*g as f64 - w).abs();
+        assert!(
+            err <= atol + rtol * w.abs(),
+            "{ctx}: [{i}] got {g}, want {w} (error {err:e})"
+        );
+    }
+    assert!(
+        want.iter().any(|w| w.abs() > 1e-3),
+        "{ctx}: the reference is all but zero, the comparison says nothing"
+    );
+}
