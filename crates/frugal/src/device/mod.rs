@@ -171,11 +171,11 @@ impl DeviceState {
         self.budget.enforce(&self.ledger, op, needed);
     }
 
-    /// Makes room under the budget for the op about to run, whose largest input has
+    /// Makes room under the budget for `op`, about to run, whose largest input has
     /// `largest_input` bytes (see [`Budget::make_room`]).
     #[inline]
-    pub(crate) fn make_room(&self, largest_input: u64) {
-        self.budget.make_room(&self.ledger, largest_input);
+    pub(crate) fn make_room(&self, op: OpId, largest_input: u64) {
+        self.budget.make_room(&self.ledger, op, largest_input);
     }
 
     /// Makes room under the budget for a tensor of `bytes` about to be restored.

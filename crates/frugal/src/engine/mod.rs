@@ -206,9 +206,10 @@ pub(crate) struct Budget {
     registry: Mutex<Vec<Weak<dyn Evictable>>>,
     /// The learned step and the reads recorded under it.
     plan: Mutex<StepPlan>,
-    /// Under a limit and a learned step: the bytes of the tensor the program makes next (see
-    /// [`StepPlan::next_bytes`]), for [`Budget::make_room`] to read without the plan's lock.
-    next_bytes: AtomicU64,
+    /// Under a limit and a learned step: the op and bytes of the tensor the program makes next
+    /// (see [`StepPlan::next_made`]) packed by [`pack_next`], for [`Budget::make_room`] to
+    /// read without the plan's lock; 0 for none.
+    next_made: AtomicU64,
     counters: Counters,
 }
 
@@ -229,7 +230,7 @@ impl Default for Budget {
             host_limit_chosen: AtomicBool::new(false),
             registry: Mutex::new(Vec::new()),
             plan: Mutex::new(StepPlan::default()),
-            next_bytes: AtomicU64::new(0),
+            next_made: AtomicU64::new(0),
             counters: Counters::default(),
         }
     }
@@ -334,13 +335,14 @@ impl Budget {
     pub(crate) fn on_create(
         &self,
         token: u64,
+        op: OpId,
         bytes: u64,
         live: u64,
         scope_opened_at: Option<u64>,
     ) -> Created {
         let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
         let before = plan.figures();
-        let ordinal = plan.on_create(token, bytes, live);
+        let ordinal = plan.on_create(token, op, bytes, live);
         let segments = scope_opened_at
             .is_none_or(|at| before.period > 0 && ordinal >= at.saturating_add(2 * before.period));
         // A segment's end drops tensors to recompute them: not when the policy only offloads.
@@ -350,10 +352,10 @@ impl Budget {
         let segment = plan.segment_event(ordinal, self.limit().filter(|_| enabled));
         let outlives_step = enabled && plan.outlives_step(ordinal);
         let next = match self.limit() {
-            Some(_) if self.planned.load(Relaxed) => plan.next_bytes(),
+            Some(_) if self.planned.load(Relaxed) => plan.next_made().map_or(0, pack_next),
             _ => 0,
         };
-        self.next_bytes.store(next, Relaxed);
+        self.next_made.store(next, Relaxed);
         let after = plan.figures();
         if after != before {
             self.counters.set(Counter::plan_period, after.period);
@@ -636,17 +638,18 @@ impl Budget {
         }
     }
 
-    /// Before an op whose inputs are resident and held: evicts so that its output fits under
-    /// the limit, rather than taking live bytes over it until [`Self::enforce`] after the op.
-    /// The output's size is the one the learned step says comes next; before a step is
-    /// learned (or where it knows none) it is taken to be the op's largest input,
-    /// `largest_input`, as it is for elementwise ops and their gradients, the largest outputs
-    /// of a first step. Without a limit this does nothing.
+    /// Before `op` runs with its inputs resident and held: evicts so that its output fits
+    /// under the limit, rather than taking live bytes over it until [`Self::enforce`] after
+    /// the op. The output's size is the one the learned step says comes next, if the learned
+    /// step says `op` comes next; otherwise (no step learned yet, or the program left the
+    /// learned order, as a layer mistaken for a step or autodiff recomputing in another order)
+    /// it is taken to be the op's largest input, `largest_input`, as it is for elementwise ops
+    /// and their gradients, the largest outputs of a step. Without a limit this does nothing.
     #[inline]
-    pub(crate) fn make_room(&self, ledger: &Ledger, largest_input: u64) {
-        let next = match self.next_bytes.load(Relaxed) {
-            0 => largest_input,
-            learned => learned,
+    pub(crate) fn make_room(&self, ledger: &Ledger, op: OpId, largest_input: u64) {
+        let next = match unpack_next(self.next_made.load(Relaxed)) {
+            Some((learned_op, learned)) if learned_op == op => learned,
+            _ => largest_input,
         };
         if next == 0 {
             return;
@@ -892,6 +895,24 @@ impl Budget {
     }
 }
 
+/// Bits of [`Budget::next_made`] that hold the bytes; the op's index is above them.
+const NEXT_BYTES_BITS: u32 = 48;
+
+/// Packs a predicted op and size into one word (sizes are capped at 2^48 - 1 bytes, far above
+/// any device's memory); never 0, which means no prediction.
+fn pack_next((op, bytes): (OpId, u64)) -> u64 {
+    ((op.index() as u64 + 1) << NEXT_BYTES_BITS) | bytes.min((1 << NEXT_BYTES_BITS) - 1)
+}
+
+/// The prediction [`pack_next`] packed, if any.
+fn unpack_next(word: u64) -> Option<(OpId, u64)> {
+    let op = (word >> NEXT_BYTES_BITS).checked_sub(1)?;
+    Some((
+        OpId::from_index(op as usize),
+        word & ((1 << NEXT_BYTES_BITS) - 1),
+    ))
+}
+
 /// Tensors gathered to be read to host memory in one transaction (the device's queue drains
 /// once for all of them).
 #[derive(Default)]
@@ -1117,14 +1138,39 @@ mod tests {
         budget.make_room_for(ledger, 3500);
         assert_eq!(ledger.live_bytes(), 2000);
         // Without a learned step, an op with no inputs has nothing to make room for...
-        budget.make_room(ledger, 0);
+        let exp = float::op(float::Op::float_exp);
+        budget.make_room(ledger, exp, 0);
         assert_eq!(budget.stats().room_rounds, 1);
         // ...and one whose largest input has 1000 bytes gets room for as much.
         budget.set_limit(Some(2500));
-        budget.make_room(ledger, 1000);
+        budget.make_room(ledger, exp, 1000);
         assert_eq!(statuses(&cells), [Resident, Evicted, Evicted]);
         assert_eq!(ledger.live_bytes(), 1000);
         assert_eq!(budget.stats().room_rounds, 2);
+    }
+
+    #[test]
+    fn a_learned_size_is_used_only_for_the_op_the_learned_step_says_comes_next() {
+        let (ledger, budget, cells) = setup(&[(Some(1.0), false), (Some(10.0), false)]);
+        budget.set_limit(Some(2500));
+        let (exp, sum) = (
+            float::op(float::Op::float_exp),
+            float::op(float::Op::float_sum_dim),
+        );
+        // The learned step says a 100-byte `sum_dim` comes next.
+        budget.next_made.store(pack_next((sum, 100)), Relaxed);
+        budget.make_room(ledger, sum, 1000);
+        assert_eq!(ledger.live_bytes(), 2000, "2000 + 100 fit under 2500");
+        // An `exp` instead: the program left the learned order, and its output may be as
+        // large as its input.
+        budget.make_room(ledger, exp, 1000);
+        assert_eq!(statuses(&cells), [Status::Evicted, Status::Resident]);
+        assert_eq!(ledger.live_bytes(), 1000);
+        assert_eq!(
+            unpack_next(pack_next((exp, 1 << 60))),
+            Some((exp, (1 << 48) - 1))
+        );
+        assert_eq!(unpack_next(0), None);
     }
 
     #[test]

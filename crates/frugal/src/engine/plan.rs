@@ -38,6 +38,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::op::OpId;
+
 /// Length of the token run whose repetition proposes a period.
 const GRAM: u64 = 16;
 /// Shortest period considered (a step creates far more tensors than this).
@@ -192,6 +194,8 @@ pub(crate) struct StepPlan {
     reads: HashMap<u64, Vec<u64>>,
     /// Bytes of each tensor in `tokens`.
     bytes: Vec<u64>,
+    /// The op that made each tensor in `tokens`.
+    ops: Vec<OpId>,
     /// Live bytes on the device when each tensor in `tokens` was made.
     live: Vec<u64>,
     /// Whether the program has dropped each tensor in `tokens`.
@@ -226,6 +230,7 @@ impl Default for StepPlan {
             replans: 0,
             reads: HashMap::new(),
             bytes: Vec::new(),
+            ops: Vec::new(),
             live: Vec::new(),
             dropped: Vec::new(),
             segments: None,
@@ -246,12 +251,13 @@ impl StepPlan {
         self.base + self.tokens.len() as u64
     }
 
-    /// Records a new managed tensor with `token` of `bytes`, made when `live` bytes were
-    /// live on the device; returns its ordinal.
-    pub(crate) fn on_create(&mut self, token: u64, bytes: u64, live: u64) -> u64 {
+    /// Records a new managed tensor with `token` of `bytes`, made by `op` when `live` bytes
+    /// were live on the device; returns its ordinal.
+    pub(crate) fn on_create(&mut self, token: u64, op: OpId, bytes: u64, live: u64) -> u64 {
         let ordinal = self.next_ordinal();
         self.tokens.push(token);
         self.bytes.push(bytes);
+        self.ops.push(op);
         self.live.push(live);
         self.dropped.push(false);
         self.update_gram(ordinal);
@@ -260,18 +266,15 @@ impl StepPlan {
         ordinal
     }
 
-    /// Bytes of the tensor the program will make next, as its counterpart one step earlier
-    /// took; 0 without a confirmed step.
-    pub(crate) fn next_bytes(&self) -> u64 {
-        let Some(period) = self.period else {
-            return 0;
-        };
-        self.next_ordinal()
-            .checked_sub(period)
-            .and_then(|earlier| earlier.checked_sub(self.base))
-            .and_then(|index| self.bytes.get(index as usize))
-            .copied()
-            .unwrap_or(0)
+    /// The op and bytes of the tensor the program will make next, as its counterpart one
+    /// step earlier; `None` without a confirmed step.
+    pub(crate) fn next_made(&self) -> Option<(OpId, u64)> {
+        let period = self.period?;
+        let index = self
+            .next_ordinal()
+            .checked_sub(period)?
+            .checked_sub(self.base)? as usize;
+        Some((*self.ops.get(index)?, *self.bytes.get(index)?))
     }
 
     /// Records that the program dropped the tensor with `ordinal`.
@@ -758,6 +761,7 @@ impl StepPlan {
         let drop = (start - self.base) as usize;
         self.tokens.drain(..drop);
         self.bytes.drain(..drop);
+        self.ops.drain(..drop);
         self.live.drain(..drop);
         self.dropped.drain(..drop);
         self.base = start;
@@ -942,12 +946,15 @@ fn cut_at(saved: &[u64], crossing: &[i64], end: u64, segment_bytes: u64) -> Vec<
 mod tests {
     use super::*;
 
+    /// The op of tensors whose op does not matter to a test.
+    const OP: OpId = OpId::new(0);
+
     /// A step of `n` distinct tokens, each read once `gap` creations later.
     fn run_steps(plan: &mut StepPlan, steps: usize, step: &[u64], gap: u64) -> Vec<u64> {
         let mut ordinals = Vec::new();
         for _ in 0..steps {
             for &token in step {
-                let ordinal = plan.on_create(token, 4, 0);
+                let ordinal = plan.on_create(token, OP, 4, 0);
                 ordinals.push(ordinal);
                 if let Some(read) = ordinal.checked_sub(gap) {
                     plan.on_read(read);
@@ -973,25 +980,29 @@ mod tests {
     }
 
     #[test]
-    fn the_learned_step_tells_the_bytes_of_the_next_tensor() {
+    fn the_learned_step_tells_the_op_and_bytes_of_the_next_tensor() {
         let step: Vec<u64> = (0..100).map(|i| i * 7919 + 1).collect();
         let mut plan = StepPlan::default();
         let create = |plan: &mut StepPlan, tokens: &[u64]| {
             for (i, &token) in tokens.iter().enumerate() {
-                let ordinal = plan.on_create(token, 100 + i as u64, 0);
+                let ordinal = plan.on_create(token, OpId::new(i as u16), 100 + i as u64, 0);
                 if let Some(read) = ordinal.checked_sub(10) {
                     plan.on_read(read);
                 }
             }
         };
         create(&mut plan, &step);
-        assert_eq!(plan.next_bytes(), 0, "no step learned yet");
+        assert_eq!(plan.next_made(), None, "no step learned yet");
         create(&mut plan, &step);
         create(&mut plan, &step);
         assert_eq!(plan.figures().period, 100);
-        assert_eq!(plan.next_bytes(), 100, "the step's first tensor comes next");
+        assert_eq!(
+            plan.next_made(),
+            Some((OpId::new(0), 100)),
+            "the step's first tensor comes next"
+        );
         create(&mut plan, &step[..4]);
-        assert_eq!(plan.next_bytes(), 104);
+        assert_eq!(plan.next_made(), Some((OpId::new(4), 104)));
     }
 
     #[test]
@@ -1008,7 +1019,7 @@ mod tests {
                 {
                     plan.on_read(p);
                 }
-                let ordinal = plan.on_create(token, 4, 0);
+                let ordinal = plan.on_create(token, OP, 4, 0);
                 if i == 10
                     && let Some(p) = param
                 {
@@ -1099,7 +1110,7 @@ mod tests {
             let mut position = 0usize;
             let mut create = |plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64| {
                 *live += bytes;
-                let ordinal = plan.on_create(token, bytes, *live);
+                let ordinal = plan.on_create(token, OP, bytes, *live);
                 if let Some(event) = plan.segment_event(ordinal, limit) {
                     events.push((position, event));
                 }

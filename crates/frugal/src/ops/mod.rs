@@ -410,6 +410,45 @@ macro_rules! size_hint {
 }
 pub(crate) use size_hint;
 
+/// Notes a float tensor argument's shape and dtype in the first free slot of `$s`, the
+/// operands of a product (see [`product_output_bytes`]).
+macro_rules! note_operand {
+    (F, $a:ident, $s:ident) => {
+        if let Some(slot) = $s.iter_mut().find(|slot| slot.is_none()) {
+            *slot = Some((
+                burn_backend::TensorMetadata::shape(&$a.0),
+                burn_backend::TensorMetadata::dtype(&$a.0),
+            ));
+        }
+    };
+    ($other:tt, $a:ident, $s:ident) => {
+        ()
+    };
+}
+pub(crate) use note_operand;
+
+/// Bytes of the output of the product `op` on its first two float operands: for Burn's
+/// `linear` (`[.., k] · [k, n]`) and `float_matmul` (`[.., m, k] · [.., k, n]`, the left
+/// operand's batch), the left operand's rows times the right operand's columns; 0 for other
+/// ops, whose output the budget guesses from their inputs.
+pub(crate) fn product_output_bytes(
+    op: crate::op::OpId,
+    operands: &[Option<(burn_backend::Shape, burn_backend::DType)>; 2],
+) -> u64 {
+    use crate::op::families::{float, module};
+    let [Some((lhs, dtype)), Some((rhs, _))] = operands else {
+        return 0;
+    };
+    let (Some(&k), Some(&n)) = (lhs.last(), rhs.last()) else {
+        return 0;
+    };
+    if k == 0 || (op != module::op(module::Op::linear) && op != float::op(float::Op::float_matmul))
+    {
+        return 0;
+    }
+    (lhs.num_elements() / k * n * dtype.size()) as u64
+}
+
 /// Adds a tensor argument's cell to a recipe's inputs.
 macro_rules! push_cells {
     (F, $c:ident, $v:ident) => {
@@ -717,9 +756,19 @@ macro_rules! forward_ops {
                             0 $(.max($crate::ops::size_hint!($kind, $arg)))*,
                         )
                     };
+                    // A product's output may be larger than any input (a layer's up-projection,
+                    // the logits): its size follows from the operands' shapes.
+                    let largest_input = if id.facts().product {
+                        #[allow(unused_mut)]
+                        let mut operands = [None, None];
+                        $($crate::ops::note_operand!($kind, $arg, operands);)*
+                        largest_input.max($crate::ops::product_output_bytes(id, &operands))
+                    } else {
+                        largest_input
+                    };
                     // The inputs are resident and held: room for the output, whose size the
                     // learned step knows, or else is guessed from the inputs.
-                    state.make_room(largest_input);
+                    state.make_room(id, largest_input);
                     let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
                     let out = $crate::ops::wrap_managed!($ret, out, state, id, [$name $(, $via)?], caps, $($arg: $kind),*);
                     $(drop($arg.1);)*
@@ -778,6 +827,22 @@ macro_rules! to_device {
             let target = $crate::device::DeviceState::of_device(device);
             let id = op(Op::$name);
             target.count_call(id);
+            if std::ptr::eq(tensor.state(), target) {
+                // To its own device the inner backends hand the same buffer back (AdamW moves
+                // its moments "to" their device every step, while it still holds them): the
+                // result shares the input's charge rather than counting the buffer twice. It
+                // gets a cell of its own without a recipe, as a new tensor would, so that a
+                // moment does not keep the history it was computed from.
+                let (inner, storage) = tensor.split_view();
+                let out = B::$name(inner, device);
+                return if target.managing() {
+                    $crate::tensor::FrugalTensor::managed::<B, $crate::remat::$kind>(
+                        out, storage, None, 0.0,
+                    )
+                } else {
+                    $crate::tensor::FrugalTensor::plain(out, storage)
+                };
+            }
             let (inner, keep) = tensor.split();
             let out = B::$name(inner, device);
             let out =
@@ -823,3 +888,36 @@ macro_rules! into_data {
     };
 }
 pub(crate) use into_data;
+
+#[cfg(test)]
+mod tests {
+    use burn_backend::{DType, Shape};
+
+    use super::product_output_bytes;
+    use crate::op::families::{float, module};
+
+    #[test]
+    fn a_products_output_size_follows_from_its_operands_shapes() {
+        let linear = module::op(module::Op::linear);
+        let matmul = float::op(float::Op::float_matmul);
+        let operands = |lhs: &[usize], rhs: &[usize], dtype| {
+            [
+                Some((Shape::from(lhs.to_vec()), dtype)),
+                Some((Shape::from(rhs.to_vec()), dtype)),
+            ]
+        };
+        // An up-projection: four times its input.
+        let up = operands(&[8, 512, 768], &[768, 3072], DType::F32);
+        assert_eq!(product_output_bytes(linear, &up), 8 * 512 * 3072 * 4);
+        // Attention scores in bf16: [b, h, s, d] · [b, h, d, s].
+        let scores = operands(&[8, 12, 512, 64], &[8, 12, 64, 512], DType::BF16);
+        assert_eq!(
+            product_output_bytes(matmul, &scores),
+            8 * 12 * 512 * 512 * 2
+        );
+        // Other ops, and a missing operand, are left to the inputs' sizes.
+        let exp = float::op(float::Op::float_exp);
+        assert_eq!(product_output_bytes(exp, &up), 0);
+        assert_eq!(product_output_bytes(linear, &[up[0].clone(), None]), 0);
+    }
+}

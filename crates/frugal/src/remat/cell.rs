@@ -155,6 +155,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         let shape = tensor.shape();
         let created = state.budget.on_create(
             token(storage.op, &shape, tensor.dtype()),
+            storage.op,
             storage.bytes,
             state.ledger.live_bytes(),
             state.scopes.opened_at(),
@@ -252,8 +253,9 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     }
 
     /// Restores this cell and every evicted or offloaded cell its recipe needs, deepest first.
-    /// A cell of the chain is pinned from the start until the last cell of the chain that reads
-    /// it is restored; between restores the budget evicts other tensors (and the cells no
+    /// A cell of the chain, and every resident input a restore reads, is pinned from the start
+    /// until the last cell of the chain that reads it is restored (room made for a cell must
+    /// not come from evicting its own inputs, which it would then restore over the budget); between restores the budget evicts other tensors (and the cells no
     /// longer needed), so a long chain does not pile up above the budget.
     fn ensure_resident(&self) {
         if self.status() == Status::Resident {
@@ -262,10 +264,10 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         type Key = *const CellCore;
         let key = |cell: &Arc<dyn CellDyn>| cell.core() as Key;
         // Post-order walk with an explicit stack: inputs are restored before their users. Each
-        // cell comes with the inputs it must wait for.
-        let root_inputs = self.missing_inputs();
+        // cell comes with the inputs it reads.
+        let root_inputs = self.restore_inputs();
         let mut order: Vec<(Arc<dyn CellDyn>, Vec<Key>)> = Vec::new();
-        /// A cell to visit, with its own missing inputs once expanded.
+        /// A cell to visit, with its recipe's inputs once expanded.
         type Visit = (Arc<dyn CellDyn>, Option<Vec<Key>>);
         let mut stack: Vec<Visit> = root_inputs
             .iter()
@@ -281,7 +283,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 continue;
             }
             seen.push(key(&cell));
-            let inputs = cell.missing_inputs();
+            let inputs = cell.restore_inputs();
             let keys = inputs.iter().map(key).collect();
             stack.push((cell, Some(keys)));
             stack.extend(inputs.into_iter().map(|input| (input, None)));
@@ -644,29 +646,14 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         }
     }
 
-    fn missing_inputs(&self) -> Vec<Arc<dyn CellDyn>> {
+    fn restore_inputs(&self) -> Vec<Arc<dyn CellDyn>> {
         let slot = self.lock();
         if slot.state.status() != Status::Evicted {
             return Vec::new();
         }
         slot.recipe
             .as_ref()
-            .map(|recipe| {
-                recipe
-                    .inputs
-                    .iter()
-                    .filter(|input| {
-                        matches!(
-                            input.status(),
-                            Status::Evicted
-                                | Status::Offloaded
-                                | Status::Offloading
-                                | Status::Compressed
-                        )
-                    })
-                    .cloned()
-                    .collect()
-            })
+            .map(|recipe| recipe.inputs.clone())
             .unwrap_or_default()
     }
 

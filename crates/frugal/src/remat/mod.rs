@@ -61,8 +61,10 @@ pub(crate) trait CellDyn: Evictable {
     fn resident_storage(&self) -> Option<Arc<Storage>>;
     /// Tags the tensor as `role`, now and after restores.
     fn set_role(&self, role: Role);
-    /// Recipe inputs that must be restored before this cell can be: evicted or offloaded.
-    fn missing_inputs(&self) -> Vec<Arc<dyn CellDyn>>;
+    /// The recipe inputs a restore of this cell reads, resident or not; none unless the cell
+    /// is evicted. A restore chain pins them all: making room for this cell must not evict an
+    /// input it is about to read.
+    fn restore_inputs(&self) -> Vec<Arc<dyn CellDyn>>;
     /// Brings this one cell back, assuming its inputs can be read without recomputation.
     fn restore_one(&self);
     /// Stores the host copy read by the batch.

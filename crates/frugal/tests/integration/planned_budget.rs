@@ -212,26 +212,33 @@ fn the_first_steps_before_any_is_learned_keep_their_peaks_within_the_budget() {
     let _serial = lock();
     // Layers as wide as their inputs: every output is at most as large as an input of its op,
     // the size the budget makes room for when no learned step tells it more.
-    // Activations outweigh parameters and optimizer state, so that the step fits two thirds
-    // of its peak without moving them. (At half of it, a recomputation in the first step's
-    // backward pass still went over: not traced further.)
+    // Activations outweigh parameters and optimizer state, so that the step fits these shares
+    // of its peak without moving them.
     let widths = [96; 5];
     let rows = [512; 4];
     let base = memory::live_bytes(&DEVICE);
     let free = train_net(&widths, &rows, |_| None);
-    let budget = base + (free.peak() - base) * 2 / 3;
-    let planned = train_net(&widths, &rows, |_| Some(budget));
-    assert_eq!(planned.losses, free.losses, "losses");
-    assert_eq!(planned.params, free.params, "parameters");
-    for (step, &peak) in planned.step_peaks.iter().enumerate() {
-        assert!(peak <= budget, "step {step}: peak {peak} > budget {budget}");
+    for (num, den) in [(2, 3), (1, 2)] {
+        let budget = base + (free.peak() - base) * num / den;
+        let planned = train_net(&widths, &rows, |_| Some(budget));
+        assert_eq!(planned.losses, free.losses, "{num}/{den}: losses");
+        assert_eq!(planned.params, free.params, "{num}/{den}: parameters");
+        for (step, &peak) in planned.step_peaks.iter().enumerate() {
+            assert!(
+                peak <= budget,
+                "{num}/{den}, step {step}: peak {peak} > budget {budget}"
+            );
+        }
+        let first = planned.per_step[0];
+        assert_eq!(
+            first.plan_period, 0,
+            "{num}/{den}: a step was learned already: {first:?}"
+        );
+        assert!(
+            first.evictions > 0,
+            "{num}/{den}: the budget never acted: {first:?}"
+        );
     }
-    let first = planned.per_step[0];
-    assert_eq!(
-        first.plan_period, 0,
-        "a step was learned already: {first:?}"
-    );
-    assert!(first.evictions > 0, "the budget never acted: {first:?}");
 }
 
 #[test]
@@ -388,4 +395,34 @@ fn segment_checkpoints_are_never_recomputed_so_a_deep_step_keeps_its_budget() {
             "step {step}: peak {peak} B over the budget {budget} B"
         );
     }
+}
+
+#[test]
+fn a_tensor_moved_to_its_own_device_is_counted_once() {
+    let _serial = lock();
+    // AdamW moves each moment "to" its device every step while it still holds it; the inner
+    // backend hands the same buffer back, which must not count twice, with or without a
+    // budget (a second count took a budgeted step over its budget).
+    for budget in [None, Some(1 << 30)] {
+        memory::set_budget(&DEVICE, budget);
+        let x = Tensor::<B, 2>::ones([64, 64], &DEVICE);
+        let before = memory::live_bytes(&DEVICE);
+        memory::reset_peak(&DEVICE);
+        let y = x.clone().to_device(&DEVICE);
+        assert_eq!(memory::live_bytes(&DEVICE), before, "budget {budget:?}");
+        assert_eq!(memory::peak_bytes(&DEVICE), before, "budget {budget:?}");
+        drop(x);
+        assert_eq!(memory::live_bytes(&DEVICE), before, "budget {budget:?}");
+        assert_eq!(
+            y.into_data().to_vec::<f32>().unwrap(),
+            vec![1.0; 64 * 64],
+            "budget {budget:?}"
+        );
+        assert_eq!(
+            memory::live_bytes(&DEVICE),
+            before - 64 * 64 * 4,
+            "budget {budget:?}"
+        );
+    }
+    memory::set_budget(&DEVICE, None);
 }
