@@ -3,7 +3,7 @@
 # alone, one configuration per process with its own time limit, PyTorch first in the same call.
 # SPECS: dev:config:limit_s:steps:warmup[:budget_denominator[:extra,args]]
 # GPTS: limit_s:gpt,args,comma,separated (the example binary as a user runs it; a budget of
-# 'third' is a third of the peak of the previous gpt run in the same call).
+# 'third' or 'quarter' is that share of the peak of the last unbudgeted gpt run in the same call).
 set -u
 cd "$(dirname "$0")"
 # CubeCL's autotune cache and frugal-cuda's compiled kernels, carried from the last call (a
@@ -34,12 +34,12 @@ done
 j=0; last_peak=""
 for spec in ${GPTS:-}; do
   IFS=: read -r limit more <<< "$spec"; more=${more//,/ }
-  [ -n "$last_peak" ] && more=${more//third/$((last_peak / 3))}
+  [ -n "$last_peak" ] && more=${more//third/$((last_peak / 3))} && more=${more//quarter/$((last_peak / 4))}
   j=$((j+1)); t0=$(date +%s)
   timeout $limit ./gpt $more --out /tmp/gpt$j > $OUT/gpt$j.txt 2>&1
   echo "gpt $more exit $? in $(( $(date +%s) - t0 )) s"
   cp /tmp/gpt$j/steps.json $OUT/gpt$j-steps.json 2>/dev/null
-  last_peak=$(python3 -c "import json; print(max(s['peak_bytes'] for s in json.load(open('/tmp/gpt$j/steps.json'))))" 2>/dev/null)
+  case "$more" in *--budget*) ;; *) last_peak=$(python3 -c "import json; print(max(s['peak_bytes'] for s in json.load(open('/tmp/gpt$j/steps.json'))))" 2>/dev/null) ;; esac
   python3 -c "import json; l=json.load(open('/tmp/gpt$j/steps.json')); print('ms', [round(s.get('step_ms', 0), 1) for s in l]); print('loss', [round(s['loss'], 5) for s in l]); print('peak', max(s['peak_bytes'] for s in l))" 2>/dev/null
   grep -v "^\s*$" $OUT/gpt$j.txt | tail -30 | cut -c1-200
 done

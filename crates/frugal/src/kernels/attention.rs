@@ -229,6 +229,19 @@ pub(crate) struct Slot<P> {
 /// Runs the forward (`backward == false`: inputs q, k, v, [bias]; outputs out, lse) or the
 /// backward (inputs q, k, v, [bias], out, lse, grad_out; outputs the three gradients) on
 /// `slot`; `true` when the kernels ran.
+/// Whether `P` is the float primitive of a CubeCL runtime this build knows, with or without
+/// fusion: the only primitives [`run`] may launch the kernels on.
+pub(crate) fn knows<P: Any>() -> bool {
+    each_runtime!(knows_on(std::any::TypeId::of::<P>())).unwrap_or(false)
+}
+
+fn knows_on<R: CubeRuntime>(primitive: std::any::TypeId) -> Option<bool> {
+    use std::any::TypeId;
+    (primitive == TypeId::of::<CubeTensor<R>>()
+        || primitive == TypeId::of::<FusionTensor<FusionCubeRuntime<R>>>())
+    .then_some(true)
+}
+
 pub(crate) fn run<P: Any>(slot: &mut Slot<P>, call: &AttentionCall, backward: bool) -> bool {
     let any = slot as &mut dyn Any;
     each_runtime!(run_on(any, call, backward)).unwrap_or(false)

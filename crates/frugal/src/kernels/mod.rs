@@ -229,6 +229,23 @@ pub(crate) fn attention_backward<B: Backend>(
     Some((outputs.next()?, outputs.next()?, outputs.next()?))
 }
 
+/// Whether the attention kernels may launch on `B`'s tensors: kernels are not turned off and
+/// `B`'s float primitive belongs to a CubeCL runtime this build knows. (They may still decline
+/// a call, e.g. a head dimension they do not support.)
+pub(crate) fn attention_may_launch<B: Backend>() -> bool {
+    if mode() == KernelMode::Never {
+        return false;
+    }
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    {
+        attention::knows::<B::FloatTensorPrimitive>()
+    }
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    {
+        false
+    }
+}
+
 /// Runs the kernels on `inputs` (q, k, v, then the backward's out, lse and grad_out), with
 /// the bias inserted after v.
 fn attention_run<B: Backend>(

@@ -236,14 +236,19 @@ fn forward_kernel<B: Backend>(
     bias: Option<&Prim<B>>,
     call: AttentionCall,
 ) -> Option<(Prim<B>, Prim<B>)> {
-    let bias_ref = bias.map(|b| b.prim_ref());
-    let (out, lse) = kernels::attention_forward::<B>(
-        &q.prim_ref(),
-        &k.prim_ref(),
-        &v.prim_ref(),
-        bias_ref.as_deref(),
-        call,
-    )?;
+    if !kernels::attention_may_launch::<B>() {
+        return None;
+    }
+    let held = hold::<B, _>([Some(q), Some(k), Some(v), bias]);
+    let (q_shape, v_shape) = (q.shape(), v.shape());
+    let rows = q_shape.num_elements() / q_shape[q_shape.len() - 1].max(1);
+    // The output ([.., sq, dv] in q's dtype) and the f32 logsumexp.
+    let out_bytes = rows * v_shape[v_shape.len() - 1] * q.dtype().size() + rows * 4;
+    q.state().make_room_for(out_bytes as u64);
+    let [q_inner, k_inner, v_inner, bias_inner] = held.each_ref().map(|h| h.as_ref().map(|h| &h.0));
+    let (out, lse) =
+        kernels::attention_forward::<B>(q_inner?, k_inner?, v_inner?, bias_inner, call)?;
+    drop(held);
     let out = track::<B>(out, q);
     let lse = track::<B>(lse, q);
     let state = q.state();
@@ -252,6 +257,18 @@ fn forward_kernel<B: Backend>(
         out.storage_bytes() + lse.storage_bytes(),
     );
     Some((out, lse))
+}
+
+/// The inner tensors of a kernel's inputs, restored if need be and held with their storage
+/// records, so that making room for the kernel's outputs cannot evict them (a held record is
+/// never evicted) while the kernel reads them.
+fn hold<B: Backend, const N: usize>(
+    tensors: [Option<&Prim<B>>; N],
+) -> [Option<(
+    B::FloatTensorPrimitive,
+    std::sync::Arc<crate::device::Storage>,
+)>; N] {
+    tensors.map(|tensor| tensor.map(|t| t.clone().split_view()))
 }
 
 /// The backward node: its parents are q, k and v.
@@ -284,17 +301,31 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
     let state = saved.q.state();
     state.count_call(op(Op::attention));
     if saved.by_kernel {
-        let bias = saved.bias.as_ref().map(|b| b.prim_ref());
-        if let Some((dq, dk, dv)) = kernels::attention_backward::<B>(
-            &saved.q.prim_ref(),
-            &saved.k.prim_ref(),
-            &saved.v.prim_ref(),
-            bias.as_deref(),
-            &saved.out.prim_ref(),
-            &saved.lse.prim_ref(),
-            &grad.prim_ref(),
-            saved.call,
-        ) {
+        let held = hold::<B, _>([
+            Some(&saved.q),
+            Some(&saved.k),
+            Some(&saved.v),
+            saved.bias.as_ref(),
+            Some(&saved.out),
+            Some(&saved.lse),
+            Some(&grad),
+        ]);
+        // dq, dk, dv in the compute dtype, and the kernels' own f32 rowsum(dO ∘ O).
+        let (q_shape, elem) = (saved.q.shape(), saved.q.dtype().size());
+        let rows = q_shape.num_elements() / q_shape[q_shape.len() - 1].max(1);
+        let grad_bytes = [&saved.q, &saved.k, &saved.v]
+            .iter()
+            .map(|t| t.shape().num_elements() * elem)
+            .sum::<usize>()
+            + rows * 4;
+        state.make_room_for(grad_bytes as u64);
+        let [q, k, v, bias, out, lse, grad_out] = held.each_ref().map(|h| h.as_ref().map(|h| &h.0));
+        if let (Some(q), Some(k), Some(v), Some(out), Some(lse), Some(grad_out)) =
+            (q, k, v, out, lse, grad_out)
+            && let Some((dq, dk, dv)) =
+                kernels::attention_backward::<B>(q, k, v, bias, out, lse, grad_out, saved.call)
+        {
+            drop(held);
             let grads = [
                 track::<B>(dq, &saved.q),
                 track::<B>(dk, &saved.q),
