@@ -92,21 +92,43 @@ pub fn progress_bar(args: &TrainArgs, first: u64) -> ProgressBar {
     bar
 }
 
-/// Shows a finished step on the progress bar.
+/// Shows a finished step on the progress bar. Where the bar is not drawn (stderr is not a
+/// terminal: a log file, a batch job) and `--quiet` is not given, the same line is printed as
+/// text for the first and last step and then at most every [`TEXT_PROGRESS_EVERY`], so a slow
+/// run still shows that it moves.
 pub fn show_step(bar: &ProgressBar, args: &TrainArgs, entry: &StepLog) {
     let budget = args
         .budget
         .map(|b| format!(" / budget {}", format_bytes(b)))
         .unwrap_or_default();
-    bar.set_message(format!(
+    let message = format!(
         "loss {:.3} | {:.0} tok/s | live {} | peak {}{budget}",
         entry.loss,
         entry.tokens_per_s,
         format_bytes(entry.live_bytes),
         format_bytes(entry.peak_bytes)
-    ));
+    );
+    if bar.is_hidden() && !args.quiet {
+        static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+        let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        let due = last.is_none_or(|at| at.elapsed() >= TEXT_PROGRESS_EVERY)
+            || entry.step + 1 == args.steps;
+        if due {
+            eprintln!(
+                "step {}/{} ({:.0} ms): {message}",
+                entry.step + 1,
+                args.steps,
+                entry.step_ms
+            );
+            *last = Some(std::time::Instant::now());
+        }
+    }
+    bar.set_message(message);
     bar.inc(1);
 }
+
+/// How often a run whose progress bar is not drawn prints a step line.
+const TEXT_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Writes `steps.json`, `memory.json`, `memory_viz.pickle` and `step-memory.png` into `--out`.
 pub fn write_outputs(

@@ -232,6 +232,10 @@ pub(crate) fn attention_backward<B: Backend>(
 /// Whether the attention kernels may launch on `B`'s tensors: kernels are not turned off and
 /// `B`'s float primitive belongs to a CubeCL runtime this build knows. (They may still decline
 /// a call, e.g. a head dimension they do not support.)
+#[cfg_attr(
+    not(any(feature = "cuda", feature = "wgpu")),
+    allow(clippy::extra_unused_type_parameters)
+)]
 pub(crate) fn attention_may_launch<B: Backend>() -> bool {
     if mode() == KernelMode::Never {
         return false;
