@@ -123,6 +123,10 @@ fn token(op: crate::op::OpId, shape: &Shape, dtype: DType) -> u64 {
     hasher.finish()
 }
 
+/// A cell whose recomputation must first restore inputs of more than this many times its own
+/// bytes is not evicted to be recomputed (see `Cell::restore_outweighs`).
+const RESTORE_OUTWEIGHS: u64 = 4;
+
 /// The longest chain of dropped tensors kept only to recompute live ones.
 const MAX_DEAD_CHAIN: u32 = 1;
 
@@ -357,6 +361,28 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         drop(pins);
     }
 
+    /// Whether recomputing this cell would first bring back inputs far larger than the `freed`
+    /// bytes its eviction frees (a weight's gradient, read by the optimizer, recomputed from a
+    /// layer's evicted activations): such a cell is offloaded rather than recomputed, since
+    /// the restore chain would need that room, pinned, at once.
+    fn restore_outweighs(slot: &Slot<K::Prim>, freed: u64) -> bool {
+        let Some(recipe) = slot.recipe.as_ref() else {
+            return false;
+        };
+        let missing: u64 = recipe
+            .inputs
+            .iter()
+            .filter(|input| {
+                matches!(
+                    input.try_status(),
+                    Some(Status::Evicted | Status::Offloaded | Status::Compressed)
+                )
+            })
+            .map(|input| input.core().info.bytes)
+            .sum();
+        missing > RESTORE_OUTWEIGHS * freed
+    }
+
     fn can_recompute(slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
         let recipe = slot.recipe.as_ref()?;
         let mut depth = 0;
@@ -524,6 +550,7 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
         let recompute = (!self.core.info.is_checkpoint())
             .then(|| self.recompute_depth(&slot, policy.max_depth))
             .flatten()
+            .filter(|_| !Self::restore_outweighs(&slot, freed))
             .map(|_| {
                 let recipe = slot.recipe.as_ref().expect("checked");
                 // DTR's evicted neighbourhood: restoring this cell also re-runs its evicted inputs.
