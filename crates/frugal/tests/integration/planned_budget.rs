@@ -218,8 +218,8 @@ fn the_first_steps_before_any_is_learned_keep_their_peaks_within_the_budget() {
     let rows = [512; 4];
     let base = memory::live_bytes(&DEVICE);
     let free = train_net(&widths, &rows, |_| None);
-    // (A third, run after these two, goes over in its first step: the learned step of the
-    // runs before it is still in place when a new model begins. Not mended.)
+    // (A third, run after these two, goes over in its first step, inside restore chains
+    // whose pinned tensors leave nothing to evict. Not mended.)
     for (num, den) in [(2, 3), (1, 2)] {
         let budget = base + (free.peak() - base) * num / den;
         let planned = train_net(&widths, &rows, |_| Some(budget));
