@@ -239,16 +239,17 @@ fn forward_kernel<B: Backend>(
     if !kernels::attention_may_launch::<B>() {
         return None;
     }
-    let held = hold::<B, _>([Some(q), Some(k), Some(v), bias]);
-    let (q_shape, v_shape) = (q.shape(), v.shape());
-    let rows = q_shape.num_elements() / q_shape[q_shape.len() - 1].max(1);
+    let held = hold::<B, _>([q, k, v]);
+    let held_bias = bias.map(|b| b.clone().split_view());
     // The output ([.., sq, dv] in q's dtype) and the f32 logsumexp.
-    let out_bytes = rows * v_shape[v_shape.len() - 1] * q.dtype().size() + rows * 4;
+    let rows = query_rows::<B>(q);
+    let v_shape = v.shape();
+    let out_bytes = rows * (v_shape[v_shape.len() - 1] * q.dtype().size() + 4);
     q.state().make_room_for(out_bytes as u64);
-    let [q_inner, k_inner, v_inner, bias_inner] = held.each_ref().map(|h| h.as_ref().map(|h| &h.0));
-    let (out, lse) =
-        kernels::attention_forward::<B>(q_inner?, k_inner?, v_inner?, bias_inner, call)?;
-    drop(held);
+    let [q_inner, k_inner, v_inner] = held.each_ref().map(|h| &h.0);
+    let bias_inner = held_bias.as_ref().map(|h| &h.0);
+    let (out, lse) = kernels::attention_forward::<B>(q_inner, k_inner, v_inner, bias_inner, call)?;
+    drop((held, held_bias));
     let out = track::<B>(out, q);
     let lse = track::<B>(lse, q);
     let state = q.state();
@@ -263,12 +264,18 @@ fn forward_kernel<B: Backend>(
 /// records, so that making room for the kernel's outputs cannot evict them (a held record is
 /// never evicted) while the kernel reads them.
 fn hold<B: Backend, const N: usize>(
-    tensors: [Option<&Prim<B>>; N],
-) -> [Option<(
+    tensors: [&Prim<B>; N],
+) -> [(
     B::FloatTensorPrimitive,
     std::sync::Arc<crate::device::Storage>,
-)>; N] {
-    tensors.map(|tensor| tensor.map(|t| t.clone().split_view()))
+); N] {
+    tensors.map(|tensor| tensor.clone().split_view())
+}
+
+/// Query rows of an attention input `[.., sq, d]`: the rows of the logsumexp.
+fn query_rows<B: Backend>(q: &Prim<B>) -> usize {
+    let shape = q.shape();
+    shape.num_elements() / shape[shape.len() - 1].max(1)
 }
 
 /// The backward node: its parents are q, k and v.
@@ -301,31 +308,22 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
     let state = saved.q.state();
     state.count_call(op(Op::attention));
     if saved.by_kernel {
-        let held = hold::<B, _>([
-            Some(&saved.q),
-            Some(&saved.k),
-            Some(&saved.v),
-            saved.bias.as_ref(),
-            Some(&saved.out),
-            Some(&saved.lse),
-            Some(&grad),
-        ]);
+        let held = hold::<B, _>([&saved.q, &saved.k, &saved.v, &saved.out, &saved.lse, &grad]);
+        let held_bias = saved.bias.as_ref().map(|b| b.clone().split_view());
         // dq, dk, dv in the compute dtype, and the kernels' own f32 rowsum(dO ∘ O).
-        let (q_shape, elem) = (saved.q.shape(), saved.q.dtype().size());
-        let rows = q_shape.num_elements() / q_shape[q_shape.len() - 1].max(1);
+        let elem = saved.q.dtype().size();
         let grad_bytes = [&saved.q, &saved.k, &saved.v]
             .iter()
             .map(|t| t.shape().num_elements() * elem)
             .sum::<usize>()
-            + rows * 4;
+            + query_rows::<B>(&saved.q) * 4;
         state.make_room_for(grad_bytes as u64);
-        let [q, k, v, bias, out, lse, grad_out] = held.each_ref().map(|h| h.as_ref().map(|h| &h.0));
-        if let (Some(q), Some(k), Some(v), Some(out), Some(lse), Some(grad_out)) =
-            (q, k, v, out, lse, grad_out)
-            && let Some((dq, dk, dv)) =
-                kernels::attention_backward::<B>(q, k, v, bias, out, lse, grad_out, saved.call)
+        let [q, k, v, out, lse, grad_out] = held.each_ref().map(|h| &h.0);
+        let bias = held_bias.as_ref().map(|h| &h.0);
+        if let Some((dq, dk, dv)) =
+            kernels::attention_backward::<B>(q, k, v, bias, out, lse, grad_out, saved.call)
         {
-            drop(held);
+            drop((held, held_bias));
             let grads = [
                 track::<B>(dq, &saved.q),
                 track::<B>(dk, &saved.q),
