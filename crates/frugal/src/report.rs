@@ -197,15 +197,21 @@ impl fmt::Display for MemoryReport {
                 format!("{} re-plans", remat.replans),
                 format!("{} planned", remat.planned_rounds),
             )?;
-            let segments = match remat.plan_segments {
-                0 => "none".to_string(),
-                n => format!("{n}"),
+            // A selection drops chosen tensors at its cuts; segments drop whole segments.
+            let (label, segments, bytes) = match (remat.plan_segments, remat.plan_selected_bytes) {
+                (0, _) => ("  forward segments", "none".to_string(), 0),
+                (n, 0) => (
+                    "  forward segments",
+                    format!("{n}"),
+                    remat.plan_segment_bytes,
+                ),
+                (n, selected) => ("  selective recompute", format!("{n} cuts"), selected),
             };
             writeln!(
                 f,
                 "| {:<26}|{segments:>15} |{:>15} |{:>13} |",
-                "  forward segments",
-                format_bytes(remat.plan_segment_bytes),
+                label,
+                format_bytes(bytes),
                 format!("{} over budget", remat.budget_rounds),
             )?;
             if remat.plan_segments > 0 {

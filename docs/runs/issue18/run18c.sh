@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 # warm machine keeps both under target/ anyway).
 export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
 [ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ] && (cd .. && tar xzf .gpu/cubecl-cache.tgz)
-for f in peak-memory gpt; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
+for f in peak-memory gpt gpt-old; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 if [ -n "${TORCH:-}" ]; then
   t0=$(date +%s)
@@ -36,12 +36,28 @@ for spec in ${GPTS:-}; do
   IFS=: read -r limit more <<< "$spec"; more=${more//,/ }
   [ -n "$last_peak" ] && more=${more//third/$((last_peak / 3))} && more=${more//quarter/$((last_peak / 4))}
   j=$((j+1)); t0=$(date +%s)
-  timeout $limit ./gpt $more --out /tmp/gpt$j > $OUT/gpt$j.txt 2>&1
-  echo "gpt $more exit $? in $(( $(date +%s) - t0 )) s"
+  bin=./gpt; case "$more" in old\ *) bin=./gpt-old; more=${more#old } ;; esac
+  timeout $limit $bin $more --out /tmp/gpt$j > $OUT/gpt$j.txt 2>&1
+  echo "$bin $more exit $? in $(( $(date +%s) - t0 )) s"
   cp /tmp/gpt$j/steps.json $OUT/gpt$j-steps.json 2>/dev/null
   case "$more" in *--budget*) ;; *) last_peak=$(python3 -c "import json; print(max(s['peak_bytes'] for s in json.load(open('/tmp/gpt$j/steps.json'))))" 2>/dev/null) ;; esac
   python3 -c "import json; l=json.load(open('/tmp/gpt$j/steps.json')); print('ms', [round(s.get('step_ms', 0), 1) for s in l]); print('loss', [round(s['loss'], 5) for s in l]); print('peak', max(s['peak_bytes'] for s in l))" 2>/dev/null
-  grep -v "^\s*$" $OUT/gpt$j.txt | tail -30 | cut -c1-200
+  grep -E "dropped at|segments of about" $OUT/gpt$j.txt | tail -2 | cut -c1-400
+  grep -v "^\s*$" $OUT/gpt$j.txt | grep -v "DEBUG\|TRACE" | tail -30 | cut -c1-200
+  python3 - $OUT/gpt$j.txt <<'PY'
+import sys, re, collections
+lines = open(sys.argv[1], errors='replace').read().splitlines()
+periods = [int(m.group(1)) for l in lines for m in [re.search(r'a step of (\d+) tensors', l)] if m]
+rec = [(m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)) for l in lines for m in [re.search(r'recompute (\S+) (\d+) B, ordinal (\d+), dead (\S+)', l)] if m]
+if rec and periods:
+    top = max(o for _, _, o, _ in rec); p = periods[-1]
+    c = collections.Counter(); b = collections.Counter()
+    for op, n, o, dead in rec:
+        if o > top - 3 * p:
+            c[(op, dead)] += 1; b[(op, dead)] += n
+    print('recomputes in the last 3 periods (%d tensors each): %d, %d B' % (p, sum(c.values()), sum(b.values())))
+    for k, v in b.most_common(12): print('  ', k, c[k], v)
+PY
 done
 python3 - <<'PY'
 import json, os

@@ -9,7 +9,7 @@
 
 use std::any::TypeId;
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 use burn_backend::{DeviceId, DeviceOps, TensorMetadata};
 
@@ -134,6 +134,7 @@ impl DeviceState {
             op: charge.op,
             seq: charge.seq,
             role: AtomicU8::new(charge.role as u8),
+            plan_owner: AtomicU64::new(NO_OWNER),
         }
     }
 
@@ -216,7 +217,14 @@ pub(crate) struct Storage {
     seq: u64,
     /// Its [`Role`], as an index: it changes when the buffer is tagged.
     role: AtomicU8,
+    /// The budget's ordinal of the first managed tensor made on it ([`NO_OWNER`]: none yet):
+    /// views and same-device moves made later share it, and the step plan counts its bytes
+    /// once, held until the last read of any of them.
+    pub(crate) plan_owner: AtomicU64,
 }
+
+/// [`Storage::plan_owner`] before a managed tensor is made on it.
+pub(crate) const NO_OWNER: u64 = u64::MAX;
 
 impl Storage {
     /// What the buffer is for.

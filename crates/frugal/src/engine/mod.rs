@@ -37,6 +37,23 @@ pub(crate) enum Status {
     Gone,
 }
 
+/// A managed tensor being made, as the step plan records it (see [`Budget::on_create`]).
+pub(crate) struct Made {
+    /// Its op, shape and type, hashed.
+    pub(crate) token: u64,
+    /// The op that made its buffer.
+    pub(crate) op: OpId,
+    /// Bytes of its buffer.
+    pub(crate) bytes: u64,
+    /// Live bytes on the device as it is made.
+    pub(crate) live: u64,
+    /// What re-running its op alone would cost, if it can be recomputed from its inputs
+    /// alone (see [`StepPlan::on_create`]).
+    pub(crate) recompute: Option<f64>,
+    /// The ordinal of the tensor whose buffer it shares, if any.
+    pub(crate) owner: Option<u64>,
+}
+
 /// What the budget's step plan says of a tensor being made (see [`Budget::on_create`]).
 pub(crate) struct Created {
     /// Its position among the managed tensors the program created.
@@ -46,6 +63,8 @@ pub(crate) struct Created {
     /// With forward segments on, the same tensor one step earlier outlived its step: a
     /// parameter or optimizer state.
     pub(crate) outlives_step: bool,
+    /// A selection drops it at a later cut (see [`StepPlan::is_chosen`]).
+    pub(crate) chosen: bool,
 }
 
 /// What the engine reads of a cell without locking it.
@@ -64,6 +83,9 @@ pub(crate) struct CellInfo {
     pub(crate) strided: bool,
     /// Its position among the managed tensors the program created (see [`StepPlan`]).
     pub(crate) ordinal: u64,
+    /// The ordinal of the first managed tensor on its buffer (its own, unless it is a view
+    /// or shares its input's buffer): the step plan counts a buffer's reads there.
+    pub(crate) owner: u64,
     last_use: AtomicU64,
     /// Creations until its next read as the step plan predicts it (`u64::MAX`: none), set by
     /// the engine before it scores the cell.
@@ -83,7 +105,7 @@ impl CellInfo {
         cost: f64,
         scope: u64,
         strided: bool,
-        (now, ordinal): (u64, u64),
+        (now, ordinal, owner): (u64, u64, u64),
     ) -> Self {
         Self {
             op,
@@ -92,6 +114,7 @@ impl CellInfo {
             scope,
             strided,
             ordinal,
+            owner,
             last_use: AtomicU64::new(now),
             predicted: AtomicU64::new(u64::MAX),
             outlives_step: AtomicBool::new(false),
@@ -326,23 +349,23 @@ impl Budget {
         self.clock.fetch_add(1, Relaxed)
     }
 
-    /// Notes a new managed tensor of `bytes` whose op, shape and type hash to `token`, made
-    /// when `live` bytes were live; returns its ordinal for [`CellInfo::ordinal`] and what it
-    /// means for the forward pass's segments (see [`StepPlan::segment_event`]).
+    /// Notes a new managed tensor, `made`; returns its ordinal for [`CellInfo::ordinal`] and
+    /// what it means for the forward pass's segments (see [`StepPlan::segment_event`]).
     /// `scope_opened_at`: the ordinal at which the program last opened a checkpoint scope of
     /// its own, if ever; the forward pass is cut into segments only after two learned steps
     /// without one (the program chose what to recompute).
-    pub(crate) fn on_create(
-        &self,
-        token: u64,
-        op: OpId,
-        bytes: u64,
-        live: u64,
-        scope_opened_at: Option<u64>,
-    ) -> Created {
+    pub(crate) fn on_create(&self, made: Made, scope_opened_at: Option<u64>) -> Created {
         let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
         let before = plan.figures();
-        let ordinal = plan.on_create(token, op, bytes, live);
+        let Made {
+            token,
+            op,
+            bytes,
+            live,
+            recompute,
+            owner,
+        } = made;
+        let ordinal = plan.on_create(token, op, bytes, live, recompute, owner);
         let segments = scope_opened_at
             .is_none_or(|at| before.period > 0 && ordinal >= at.saturating_add(2 * before.period));
         // A segment's end drops tensors to recompute them: not when the policy only offloads.
@@ -351,6 +374,7 @@ impl Budget {
             && self.mode.load(Relaxed) != EvictionMode::OffloadOnly as u8;
         let segment = plan.segment_event(ordinal, self.limit().filter(|_| enabled));
         let outlives_step = enabled && plan.outlives_step(ordinal);
+        let chosen = enabled && plan.is_chosen(ordinal);
         let next = match self.limit() {
             Some(_) if self.planned.load(Relaxed) => plan.next_made().map_or(0, pack_next),
             _ => 0,
@@ -367,6 +391,8 @@ impl Budget {
                 .set(Counter::plan_estimated_peak, after.estimated_peak);
             self.counters
                 .set(Counter::plan_parked_bytes, after.parked_bytes);
+            self.counters
+                .set(Counter::plan_selected_bytes, after.selected_bytes);
             if after.segments > 0
                 && (after.segments, after.segment_bytes) != (before.segments, before.segment_bytes)
             {
@@ -383,6 +409,7 @@ impl Budget {
             ordinal,
             segment,
             outlives_step,
+            chosen,
         }
     }
 
@@ -411,12 +438,14 @@ impl Budget {
             .on_drop(ordinal);
     }
 
-    /// Notes a program read (not a restore's) of the tensor with `ordinal`.
-    pub(crate) fn on_read(&self, ordinal: u64) {
-        self.plan
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .on_read(ordinal);
+    /// Notes a program read (not a restore's) of the tensor with `ordinal`, whose buffer's
+    /// first tensor has ordinal `owner`.
+    pub(crate) fn on_read(&self, ordinal: u64, owner: u64) {
+        let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        plan.on_read(ordinal);
+        if owner != ordinal {
+            plan.on_read(owner);
+        }
     }
 
     /// What the budget and scopes have done so far.
@@ -665,6 +694,10 @@ impl Budget {
             return;
         }
         self.counters.add(Counter::room_rounds, 1);
+        self.plan
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note_room();
         self.evict_down_to(ledger, limit - next);
     }
 
@@ -997,7 +1030,14 @@ mod tests {
             let op = float::op(float::Op::float_exp);
             let charge = ledger.charge(&Shape::new([elements]), DType::F32, op);
             Arc::new(Self {
-                info: CellInfo::new(op, charge.bytes, recompute.unwrap_or(0.0), 0, false, (0, 0)),
+                info: CellInfo::new(
+                    op,
+                    charge.bytes,
+                    recompute.unwrap_or(0.0),
+                    0,
+                    false,
+                    (0, 0, 0),
+                ),
                 ledger,
                 charge: Mutex::new(Some(charge)),
                 offloaded: AtomicBool::new(false),

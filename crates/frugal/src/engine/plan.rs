@@ -68,6 +68,15 @@ const SEGMENT_SHRINK: f64 = 0.6;
 const MIN_SEGMENT_SHARE: f64 = 1.0 / 32.0;
 /// The parkable optimizer state is tried in this many equal parts (see [`StepPlan::cut_segments`]).
 const PARK_STEPS: u64 = 8;
+/// How much lower a selection (see [`StepRecord::select`]) aims when a step under it still
+/// needed the budget to evict: it errs by a few tensors, not by whole segments.
+const SELECTION_SHRINK: f64 = 0.95;
+/// The share of the room under the budget a selection first aims at: the simulated step
+/// counts only the program's tensors, not the buffers ops use inside.
+const SELECTION_AIM: f64 = 0.95;
+/// Tensors holding less than the room under the budget divided by this are not selected: a
+/// recomputation of a few bytes still costs an op.
+const SELECTION_MIN_SHARE: u64 = 4096;
 
 /// Bytes of optimizer state away in host memory from the forward pass's start until position
 /// `until` of the step (where the first of them is read), for [`StepRecord::simulate`].
@@ -117,6 +126,9 @@ pub(crate) struct PlanFigures {
     /// Bytes of optimizer state parked in host memory for each step's forward and backward
     /// passes (0: none).
     pub(crate) parked_bytes: u64,
+    /// Bytes of the forward pass's tensors dropped one by one and recomputed alone (a
+    /// selection, see [`StepRecord::select`]; 0: none, or whole segments).
+    pub(crate) selected_bytes: u64,
 }
 
 /// What the creation of a tensor means for the forward pass's segments: the cell layer opens
@@ -136,6 +148,12 @@ pub(crate) enum SegmentEvent {
         first: u64,
         position: u64,
         last_read: Arc<[u64]>,
+        /// A selection's cut (see [`StepRecord::select`]): it drops only the chosen tensors
+        /// (see [`StepPlan::is_chosen`]) whose last forward read is behind, and marks no
+        /// checkpoints, as every chosen tensor's inputs stay. A segment's cut drops every
+        /// tensor of the closed segment read only after it, and the kept ones are checkpoints
+        /// (recomputing one would replay the closed segment).
+        selective: bool,
     },
     /// The forward pass ends (or the plan was dropped while a segment was open): the last
     /// segment closes without evicting, as the backward pass reads it first.
@@ -161,6 +179,11 @@ struct Segments {
     /// (see the module doc), ascending.
     park: Vec<u64>,
     parked_bytes: u64,
+    /// The cuts drop only tensors chosen one by one (see [`StepRecord::select`]), not every
+    /// tensor of a closed segment that the backward pass reads.
+    selective: bool,
+    /// Bytes of the tensors a selection drops (0: segments).
+    selected_bytes: u64,
 }
 
 impl Segments {
@@ -194,8 +217,13 @@ pub(crate) struct StepPlan {
     reads: HashMap<u64, Vec<u64>>,
     /// Bytes of each tensor in `tokens`.
     bytes: Vec<u64>,
+    /// Whether each tensor in `tokens` shares the buffer of an earlier one (a view).
+    shared: Vec<bool>,
     /// The op that made each tensor in `tokens`.
     ops: Vec<OpId>,
+    /// What recomputing each tensor in `tokens` from its inputs costs per byte it holds
+    /// (infinite: it cannot be recomputed alone).
+    cost_per_byte: Vec<f32>,
     /// Live bytes on the device when each tensor in `tokens` was made.
     live: Vec<u64>,
     /// Whether the program has dropped each tensor in `tokens`.
@@ -206,8 +234,11 @@ pub(crate) struct StepPlan {
     segment_open: bool,
     /// The current step's forward pass ran under the segments.
     segmented_step: bool,
-    /// The share of the room one segment may take; lowered under pressure.
+    /// The share of the room one segment may take (or a selection aims at); lowered under
+    /// pressure.
     segment_share: f64,
+    /// The factor the share was last lowered by.
+    last_shrink: f64,
     /// The budget's eviction rounds in the last step under larger segments.
     last_pressure: Option<u64>,
     /// The segments stopped adapting (see [`Self::adapt_segments`]).
@@ -231,12 +262,15 @@ impl Default for StepPlan {
             reads: HashMap::new(),
             bytes: Vec::new(),
             ops: Vec::new(),
+            shared: Vec::new(),
+            cost_per_byte: Vec::new(),
             live: Vec::new(),
             dropped: Vec::new(),
             segments: None,
             segment_open: false,
             segmented_step: false,
             segment_share: SEGMENT_SHARE,
+            last_shrink: SEGMENT_SHRINK,
             last_pressure: None,
             settled: false,
             pressure: 0,
@@ -252,12 +286,29 @@ impl StepPlan {
     }
 
     /// Records a new managed tensor with `token` of `bytes`, made by `op` when `live` bytes
-    /// were live on the device; returns its ordinal.
-    pub(crate) fn on_create(&mut self, token: u64, op: OpId, bytes: u64, live: u64) -> u64 {
+    /// were live on the device; returns its ordinal. `recompute`: what re-running its op
+    /// alone would cost (see [`crate::op::cost::op_cost`]), if the tensor could be dropped and
+    /// recomputed from its inputs (not a view, not a random draw). `owner`: the ordinal of
+    /// the tensor whose buffer it shares, if any: it is recorded as holding no bytes of its
+    /// own, and its reads are recorded as the owner's too (see [`Self::on_read`]'s callers).
+    pub(crate) fn on_create(
+        &mut self,
+        token: u64,
+        op: OpId,
+        bytes: u64,
+        live: u64,
+        recompute: Option<f64>,
+        owner: Option<u64>,
+    ) -> u64 {
         let ordinal = self.next_ordinal();
         self.tokens.push(token);
         self.bytes.push(bytes);
+        self.shared.push(owner.is_some());
         self.ops.push(op);
+        self.cost_per_byte.push(match recompute {
+            Some(cost) if bytes > 0 && owner.is_none() => (cost / bytes as f64) as f32,
+            _ => f32::INFINITY,
+        });
         self.live.push(live);
         self.dropped.push(false);
         self.update_gram(ordinal);
@@ -267,14 +318,19 @@ impl StepPlan {
     }
 
     /// The op and bytes of the tensor the program will make next, as its counterpart one
-    /// step earlier; `None` without a confirmed step.
+    /// step earlier (no bytes if that shared an earlier tensor's buffer: a view allocates
+    /// nothing); `None` without a confirmed step.
     pub(crate) fn next_made(&self) -> Option<(OpId, u64)> {
         let period = self.period?;
         let index = self
             .next_ordinal()
             .checked_sub(period)?
             .checked_sub(self.base)? as usize;
-        Some((*self.ops.get(index)?, *self.bytes.get(index)?))
+        let bytes = match *self.shared.get(index)? {
+            true => 0,
+            false => *self.bytes.get(index)?,
+        };
+        Some((*self.ops.get(index)?, bytes))
     }
 
     /// Records that the program dropped the tensor with `ordinal`.
@@ -290,6 +346,16 @@ impl StepPlan {
     /// Notes that the budget had to evict: the segments, if any, were not enough.
     pub(crate) fn note_pressure(&mut self) {
         self.pressure += 1;
+    }
+
+    /// Notes that the budget evicted to make room before an op. Under a selection that is
+    /// pressure too: the choice was meant to leave room for every op, and what the budget
+    /// evicts then by score may be recomputed at a far higher cost than the cheap tensors a
+    /// lower aim would drop. Segments leave such evictions to the budget.
+    pub(crate) fn note_room(&mut self) {
+        if self.segments.as_ref().is_some_and(|s| s.selective) {
+            self.pressure += 1;
+        }
     }
 
     /// What the creation of the tensor with `ordinal` (just recorded by [`Self::on_create`])
@@ -341,6 +407,7 @@ impl StepPlan {
             first: ordinal - position,
             position,
             last_read: segments.last_read.clone(),
+            selective: segments.selective,
         })
     }
 
@@ -354,7 +421,7 @@ impl StepPlan {
             _ if self.segment_share <= MIN_SEGMENT_SHARE => false,
             Some(before) if pressure >= before => {
                 // Smaller segments did not help: back to the last size, and stay there.
-                self.segment_share /= SEGMENT_SHRINK;
+                self.segment_share /= self.last_shrink;
                 self.segments = limit.and_then(|limit| self.cut_segments(limit));
                 false
             }
@@ -365,13 +432,29 @@ impl StepPlan {
             return;
         }
         self.last_pressure = Some(pressure);
-        self.segment_share = (self.segment_share * SEGMENT_SHRINK).max(MIN_SEGMENT_SHARE);
+        let selective = self.segments.as_ref().is_some_and(|s| s.selective);
+        let shrink = match selective {
+            true => SELECTION_SHRINK,
+            false => SEGMENT_SHRINK,
+        };
+        let before = self.segment_share;
+        self.segment_share = (before * shrink).max(MIN_SEGMENT_SHARE);
+        self.last_shrink = self.segment_share / before;
         log::debug!(
             "frugal: step plan: the budget still evicted {pressure} times in a step; segments \
              of {:.3} of the room",
             self.segment_share
         );
-        self.segments = limit.and_then(|limit| self.cut_segments(limit));
+        let next = limit.and_then(|limit| self.cut_segments(limit));
+        if selective && !next.as_ref().is_some_and(|s| s.selective) {
+            // No selection aims lower: segments would recompute far more than the budget's
+            // own evictions beside this one.
+            log::debug!("frugal: step plan: no selection aims lower; the selection stays");
+            self.segment_share = before;
+            self.settled = true;
+            return;
+        }
+        self.segments = next;
     }
 
     fn close_open_segment(&mut self) -> Option<SegmentEvent> {
@@ -481,6 +564,14 @@ impl StepPlan {
             reads: (0..period)
                 .map(|position| reads_at(position).collect())
                 .collect(),
+            shared: (0..period)
+                .map(|position| self.shared[index(first + (start_at as u64 + position) % period)])
+                .collect(),
+            cost_per_byte: (0..period)
+                .map(|position| {
+                    self.cost_per_byte[index(first + (start_at as u64 + position) % period)]
+                })
+                .collect(),
         };
         let unsegmented = record.simulate(&[0], &[], Parked::NONE);
         if unsegmented <= limit {
@@ -519,6 +610,38 @@ impl StepPlan {
         for change in &crossing_change[..end as usize] {
             sum += change;
             crossing.push(sum);
+        }
+        // Recomputing chosen tensors alone, cheapest per byte first, costs far less than
+        // replaying whole segments: the plan if it fits.
+        let room = limit.saturating_sub(record.base_live);
+        let aim = SELECTION_AIM * self.segment_share;
+        let target = record.base_live + (room as f64 * aim) as u64;
+        if let Some(selection) = record.select(target, room / SELECTION_MIN_SHARE) {
+            if selection.count == 0 {
+                return None; // the step's exact peak fits
+            }
+            log::debug!(
+                "frugal: step plan: forward pass of {end} tensors, estimated peak \
+                 {unsegmented} B over a budget of {limit} B: {} tensors of {} B dropped at {} \
+                 cuts and recomputed alone, estimated peak {} B (aim {target} B)",
+                selection.count,
+                selection.bytes,
+                selection.cuts.len() - 1,
+                selection.peak,
+            );
+            return Some(Segments {
+                period,
+                anchor,
+                cuts: selection.cuts,
+                end,
+                last_read: selection.last_read.into(),
+                segment_bytes: 0,
+                estimated_peak: selection.peak,
+                park: Vec::new(),
+                parked_bytes: 0,
+                selective: true,
+                selected_bytes: selection.bytes,
+            });
         }
         // Larger segments keep fewer checkpoints in the forward pass but bring more back at
         // once in the backward pass: the largest share of the room whose simulated step fits
@@ -617,6 +740,8 @@ impl StepPlan {
             estimated_peak,
             park,
             parked_bytes: parked.bytes,
+            selective: false,
+            selected_bytes: 0,
         })
     }
 
@@ -652,6 +777,18 @@ impl StepPlan {
         )
     }
 
+    /// Whether the tensor with `ordinal`, just made in the forward pass, is one a selection
+    /// drops at a later cut.
+    pub(crate) fn is_chosen(&self, ordinal: u64) -> bool {
+        let Some(segments) = self.segments.as_ref().filter(|s| s.selective) else {
+            return false;
+        };
+        let position = segments.position(ordinal);
+        self.segment_open
+            && position < segments.end
+            && segments.last_read.get(position as usize) != Some(&u64::MAX)
+    }
+
     /// Whether the tensor with `ordinal` outlives the step (parameters and optimizer state,
     /// which each step replaces by new tensors near the end of the step): its counterpart one
     /// step earlier was last read at least nine tenths of a step after it was created.
@@ -677,6 +814,7 @@ impl StepPlan {
             segment_bytes: self.segments.as_ref().map_or(0, |s| s.segment_bytes),
             estimated_peak: self.segments.as_ref().map_or(0, |s| s.estimated_peak),
             parked_bytes: self.segments.as_ref().map_or(0, |s| s.parked_bytes),
+            selected_bytes: self.segments.as_ref().map_or(0, |s| s.selected_bytes),
         }
     }
 
@@ -762,12 +900,30 @@ impl StepPlan {
         self.tokens.drain(..drop);
         self.bytes.drain(..drop);
         self.ops.drain(..drop);
+        self.shared.drain(..drop);
+        self.cost_per_byte.drain(..drop);
         self.live.drain(..drop);
         self.dropped.drain(..drop);
         self.base = start;
         self.grams.retain(|_, at| *at >= start);
         self.reads.retain(|cell, _| *cell >= start);
     }
+}
+
+/// What [`StepRecord::select`] chose.
+struct Selection {
+    /// Positions where chosen tensors are dropped, ascending, the first 0 (the forward pass's
+    /// start, where nothing is dropped).
+    cuts: Vec<u64>,
+    /// For each position before the forward pass's end: the forward pass's last read of a
+    /// chosen tensor (at or before the cut that drops it); `u64::MAX` for the others, kept.
+    last_read: Vec<u64>,
+    /// The simulated step's peak live bytes under the choice.
+    peak: u64,
+    /// Tensors chosen.
+    count: u64,
+    /// Bytes they hold.
+    bytes: u64,
 }
 
 /// One recorded training step seen from its forward pass's first tensor: what the segments are
@@ -781,6 +937,11 @@ struct StepRecord {
     bytes: Vec<u64>,
     /// The program's reads of the tensor made at each position, as positions, ascending.
     reads: Vec<Vec<u64>>,
+    /// Whether the tensor made at each position shares an earlier one's buffer (a view).
+    shared: Vec<bool>,
+    /// What recomputing the tensor made at each position alone costs per byte (infinite: it
+    /// cannot be).
+    cost_per_byte: Vec<f32>,
 }
 
 impl StepRecord {
@@ -803,6 +964,170 @@ impl StepRecord {
                 }
             })
             .collect()
+    }
+
+    /// Changes, by position, of the bytes the step's own tensors hold (length: the step's
+    /// plus one). A tensor the step makes and drops is held from its creation to its last
+    /// read, inclusive: the op that reads it last holds it beside its output; one read in the
+    /// next step (made by the optimizer's tail, read by the next forward pass) is held across
+    /// the step's start. A tensor outliving the step is in `base_live`. A view holds no bytes
+    /// of its own (its reads are its buffer's first tensor's too) if `exact`; otherwise it is
+    /// counted as a buffer of its own, as segments are sized (see [`Self::simulate`]).
+    fn lifetimes(&self, exact: bool) -> Vec<i64> {
+        let p = self.bytes.len();
+        let mut change = vec![0i64; p + 1];
+        for (position, (&bytes, reads)) in self.bytes.iter().zip(&self.reads).enumerate() {
+            if exact && self.shared[position] {
+                continue;
+            }
+            let last = reads.last().map_or(position, |&r| r as usize);
+            if last < position || last - position >= p {
+                continue; // outlives the step: counted in `base_live`
+            }
+            let bytes = bytes as i64;
+            change[position] += bytes;
+            if last < p {
+                change[last + 1] -= bytes;
+            } else {
+                change[0] += bytes;
+                change[last - p + 1] -= bytes;
+            }
+        }
+        change
+    }
+
+    /// Selective recomputation, Checkmate's problem solved greedily: which tensors of the
+    /// forward pass to drop after its last read of them and recompute alone, from inputs that
+    /// are still held, when the backward pass first reads them, so that the simulated step's
+    /// peak is at most `target`. While the peak is over, the tensor recomputed most cheaply
+    /// per byte among those held across the peak is chosen (an activation's output before a
+    /// layer norm's, before a product's). A tensor is dropped as the next tensor after the
+    /// forward pass's last read of it is made, and only if each of its inputs the step made
+    /// is held by the program until the backward pass reads it and is not dropped itself;
+    /// tensors of fewer than `min_bytes` are left. `None` if no such choice fits.
+    fn select(&self, target: u64, min_bytes: u64) -> Option<Selection> {
+        let (p, end) = (self.bytes.len(), self.end as usize);
+        let last_forward = |i: usize| {
+            let forward = self.reads[i].iter().filter(|&&r| (r as usize) < end).max();
+            forward.map_or(i as u64, |&r| r)
+        };
+        // A read stamped `r` was made by the op that made the tensor at `r`.
+        let mut inputs: Vec<Vec<usize>> = vec![Vec::new(); end];
+        for (j, reads) in self.reads[..end].iter().enumerate() {
+            for &r in reads {
+                if (r as usize) > j && (r as usize) < end {
+                    inputs[r as usize].push(j);
+                }
+            }
+        }
+        let held_until = |j: usize| self.reads[j].last().map_or(j as u64, |&r| r);
+        struct Candidate {
+            position: usize,
+            drop_at: u64,
+            back: u64,
+        }
+        let mut candidates: Vec<Candidate> = (0..end)
+            .filter(|&i| self.cost_per_byte[i].is_finite() && self.bytes[i] >= min_bytes.max(1))
+            .filter_map(|i| {
+                // Dropped as the tensor after the forward pass's last read of it is made (a
+                // cut is handed out before the cell it is made for exists); a cut at the
+                // forward pass's end would be its close.
+                let drop_at = last_forward(i).max(i as u64) + 1;
+                if drop_at >= self.end {
+                    return None;
+                }
+                let &back = self.reads[i].iter().find(|&&r| r > drop_at)?;
+                // An input the program drops before `back` stays for the recomputation, held
+                // by the dropped tensor's recipe: only a small one (a row's mean) is worth it.
+                inputs[i]
+                    .iter()
+                    .all(|&j| held_until(j) >= back || self.bytes[j] * 16 <= self.bytes[i])
+                    .then_some(Candidate {
+                        position: i,
+                        drop_at,
+                        back,
+                    })
+            })
+            .collect();
+        candidates.sort_by(|a, b| {
+            let (a_cost, b_cost) = (
+                self.cost_per_byte[a.position],
+                self.cost_per_byte[b.position],
+            );
+            a_cost
+                .total_cmp(&b_cost)
+                .then(self.bytes[b.position].cmp(&self.bytes[a.position]))
+        });
+        let change = self.lifetimes(true);
+        let at_start = change[0];
+        let mut held = Vec::with_capacity(p);
+        let mut sum = 0i64;
+        for c in &change[..p] {
+            sum += c;
+            held.push(sum);
+        }
+        let mut chosen = vec![false; end];
+        // Inputs of a chosen tensor: recomputing it needs them, so they stay.
+        let mut feeds = vec![false; end];
+        let (mut count, mut bytes) = (0u64, 0u64);
+        loop {
+            let (at, &most) = held
+                .iter()
+                .enumerate()
+                .max_by_key(|&(i, &h)| (h, std::cmp::Reverse(i)))?;
+            let peak = self
+                .base_live
+                .saturating_add((most - at_start).max(0) as u64);
+            if peak <= target {
+                let mut cuts = vec![0];
+                cuts.extend(
+                    candidates
+                        .iter()
+                        .filter(|c| chosen[c.position])
+                        .map(|c| c.drop_at),
+                );
+                cuts.sort_unstable();
+                cuts.dedup();
+                let last_read = (0..end)
+                    .map(|i| match chosen[i] {
+                        true => last_forward(i),
+                        false => u64::MAX,
+                    })
+                    .collect();
+                return Some(Selection {
+                    cuts,
+                    last_read,
+                    peak,
+                    count,
+                    bytes,
+                });
+            }
+            let pick = candidates.iter().find(|c| {
+                let i = c.position;
+                !chosen[i]
+                    && !feeds[i]
+                    && (c.drop_at as usize) < at
+                    && at < c.back as usize
+                    && inputs[i].iter().all(|&j| !chosen[j])
+            });
+            let pick = pick?;
+            let i = pick.position;
+            chosen[i] = true;
+            for &j in &inputs[i] {
+                feeds[j] = true;
+            }
+            for h in &mut held[pick.drop_at as usize + 1..(pick.back as usize).min(p)] {
+                *h -= self.bytes[i] as i64;
+            }
+            for &j in &inputs[i] {
+                let kept = held_until(j) as usize + 1..(pick.back as usize).min(p);
+                for h in held.get_mut(kept).into_iter().flatten() {
+                    *h += self.bytes[j] as i64;
+                }
+            }
+            count += 1;
+            bytes += self.bytes[i];
+        }
     }
 
     /// Optimizer state the step makes for the next one, which the next step first reads after
@@ -835,24 +1160,13 @@ impl StepRecord {
     /// step is in `base_live`. A cut evicts every tensor made in the segment it closes that is
     /// read again only after the cut and is not a checkpoint; the segment's evicted tensors
     /// all come back at the first read of any of them, since recomputing the last of them
-    /// (which the backward pass reads first) restores the chain before it.
+    /// (which the backward pass reads first) restores the chain before it. Views count as
+    /// buffers of their own: a segment's restore brings back more than its tensors (the
+    /// gradients made beside them), and segments sized on the exact count left the budget
+    /// evicting on top of them.
     fn simulate(&self, cuts: &[u64], last_read: &[u64], parked: Parked) -> u64 {
         let p = self.bytes.len();
-        let mut change = vec![0i64; p + 1];
-        for (position, (&bytes, reads)) in self.bytes.iter().zip(&self.reads).enumerate() {
-            let last = reads.last().map_or(position, |&r| r as usize);
-            if last < position || last - position >= p {
-                continue; // outlives the step: counted in `base_live`
-            }
-            let bytes = bytes as i64;
-            change[position] += bytes;
-            if last < p {
-                change[last + 1] -= bytes;
-            } else {
-                change[0] += bytes;
-                change[last - p + 1] -= bytes;
-            }
-        }
+        let mut change = self.lifetimes(false);
         let mut restore = vec![u64::MAX; cuts.len()];
         let mut evicted = Vec::new();
         for (position, &last) in last_read.iter().enumerate() {
@@ -954,7 +1268,7 @@ mod tests {
         let mut ordinals = Vec::new();
         for _ in 0..steps {
             for &token in step {
-                let ordinal = plan.on_create(token, OP, 4, 0);
+                let ordinal = plan.on_create(token, OP, 4, 0, None, None);
                 ordinals.push(ordinal);
                 if let Some(read) = ordinal.checked_sub(gap) {
                     plan.on_read(read);
@@ -985,7 +1299,8 @@ mod tests {
         let mut plan = StepPlan::default();
         let create = |plan: &mut StepPlan, tokens: &[u64]| {
             for (i, &token) in tokens.iter().enumerate() {
-                let ordinal = plan.on_create(token, OpId::new(i as u16), 100 + i as u64, 0);
+                let ordinal =
+                    plan.on_create(token, OpId::new(i as u16), 100 + i as u64, 0, None, None);
                 if let Some(read) = ordinal.checked_sub(10) {
                     plan.on_read(read);
                 }
@@ -1019,7 +1334,7 @@ mod tests {
                 {
                     plan.on_read(p);
                 }
-                let ordinal = plan.on_create(token, OP, 4, 0);
+                let ordinal = plan.on_create(token, OP, 4, 0, None, None);
                 if i == 10
                     && let Some(p) = param
                 {
@@ -1110,7 +1425,7 @@ mod tests {
             let mut position = 0usize;
             let mut create = |plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64| {
                 *live += bytes;
-                let ordinal = plan.on_create(token, OP, bytes, *live);
+                let ordinal = plan.on_create(token, OP, bytes, *live, None, None);
                 if let Some(event) = plan.segment_event(ordinal, limit) {
                     events.push((position, event));
                 }
@@ -1287,6 +1602,8 @@ mod tests {
                 vec![7],
                 vec![],
             ],
+            shared: vec![false; 8],
+            cost_per_byte: vec![f32::INFINITY; 8],
         };
         // Held from creation to last read, inclusive: five tensors at positions 4 and 5.
         assert_eq!(record.simulate(&[0], &[], Parked::NONE), 50);
@@ -1304,6 +1621,60 @@ mod tests {
         let last_read = record.last_reads(&cuts);
         assert_eq!(last_read[..2], [u64::MAX, u64::MAX]);
         assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 50);
+    }
+
+    #[test]
+    fn a_selection_drops_the_cheapest_tensor_held_across_the_peak() {
+        // Forward: x (0) -> a (1, cheap) -> b (2, a product of a) -> c (3) -> d (4); the
+        // backward pass (5..) reads b at 6, a at 7, x at 8.
+        let record = |costs: [f32; 2]| StepRecord {
+            end: 5,
+            base_live: 0,
+            bytes: vec![10, 40, 40, 10, 10, 10, 10, 10, 10],
+            reads: vec![
+                vec![1, 8],
+                vec![2, 7],
+                vec![3, 6],
+                vec![4],
+                vec![5],
+                vec![6],
+                vec![7],
+                vec![8],
+                vec![],
+            ],
+            shared: vec![false; 9],
+            cost_per_byte: [f32::INFINITY, costs[0], costs[1]]
+                .into_iter()
+                .chain([f32::INFINITY; 6])
+                .collect(),
+        };
+        // Held from the step's start: 100 bytes at positions 4 to 6 (all of x, a, b).
+        let cheap_a = record([2.0, 20.0]);
+        assert_eq!(cheap_a.select(100, 0).map(|s| s.count), Some(0));
+        let chosen = cheap_a.select(95, 0).expect("a fits");
+        assert_eq!((chosen.count, chosen.bytes, chosen.peak), (1, 40, 90));
+        // `a` goes as `c` is made, after `b` (made at 2) read it; back when the backward
+        // pass reads it.
+        assert_eq!(chosen.cuts, vec![0, 3]);
+        assert_eq!(chosen.last_read[1], 2);
+        assert!(
+            chosen
+                .last_read
+                .iter()
+                .enumerate()
+                .all(|(i, &l)| i == 1 || l == u64::MAX)
+        );
+        // Position 3 still holds x, a, b and c: nothing held across it can be dropped
+        // before it, and `b` may not go beside `a`, its dropped input.
+        assert!(cheap_a.select(85, 0).is_none());
+        // A cheaper `b` is no help: it goes only as `d` is made (position 4, the peak's
+        // first position), so `a` goes all the same.
+        let cheap_b = record([30.0, 2.0]);
+        let chosen = cheap_b.select(95, 0).expect("a fits");
+        assert_eq!(chosen.cuts, vec![0, 3]);
+        assert_eq!((chosen.last_read[1], chosen.last_read[2]), (2, u64::MAX));
+        // Too small to be worth an op.
+        assert!(cheap_a.select(95, 41).is_none());
     }
 
     #[test]

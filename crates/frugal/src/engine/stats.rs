@@ -108,6 +108,10 @@ remat_stats! {
     /// Bytes of optimizer state the plan parks in host memory for each step's forward and
     /// backward passes, because no segments fit the budget beside it (0: none).
     level plan_parked_bytes,
+    /// Bytes of the forward pass's tensors the plan drops one by one after their last forward
+    /// read and recomputes alone, from inputs it keeps, when the backward pass reads them:
+    /// selective recomputation, chosen instead of segments when it fits (0: none).
+    level plan_selected_bytes,
     /// Bytes parked so far (each step's share of `offloaded_bytes` that the plan, not an
     /// eviction round, moved; they come back when the optimizer reads them).
     event parked_bytes,

@@ -9,8 +9,8 @@ use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
 
 use super::kind::{HostBatchOf, ReadSlot};
 use super::{CellDyn, CellOf, Kind, Recipe, ViewOf};
-use crate::device::{DeviceState, Storage};
-use crate::engine::{Candidate, CellInfo, Evictable, HostBatch, Policy, Status};
+use crate::device::{DeviceState, NO_OWNER, Storage};
+use crate::engine::{Candidate, CellInfo, Evictable, HostBatch, Made, Policy, Status};
 use crate::ledger::Role;
 use crate::units::LowPrecision;
 
@@ -92,7 +92,9 @@ impl CellCore {
     fn touch(&self) {
         self.info.touch(self.state.budget.tick());
         if RESTORING.get() == 0 {
-            self.state.budget.on_read(self.info.ordinal);
+            self.state
+                .budget
+                .on_read(self.info.ordinal, self.info.owner);
         }
     }
 }
@@ -157,14 +159,24 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     ) -> Arc<Self> {
         let state = storage.state;
         let shape = tensor.shape();
-        let created = state.budget.on_create(
-            token(storage.op, &shape, tensor.dtype()),
-            storage.op,
-            storage.bytes,
-            state.ledger.live_bytes(),
-            state.scopes.opened_at(),
-        );
+        let owner = Some(storage.plan_owner.load(Relaxed)).filter(|&o| o != NO_OWNER);
+        let made = Made {
+            token: token(storage.op, &shape, tensor.dtype()),
+            op: storage.op,
+            bytes: storage.bytes,
+            live: state.ledger.live_bytes(),
+            recompute: recipe
+                .as_ref()
+                .filter(|recipe| recipe.view_of.is_none() && storage.op.facts().replayable)
+                .map(|_| cost),
+            owner,
+        };
+        let created = state.budget.on_create(made, state.scopes.opened_at());
         let ordinal = created.ordinal;
+        let owner = owner.unwrap_or_else(|| {
+            storage.plan_owner.store(ordinal, Relaxed);
+            ordinal
+        });
         // A parameter or optimizer state would be recomputed from the previous step's, which
         // its recipe would keep on the device beside it: such tensors are only offloaded.
         let recipe = recipe.filter(|_| !created.outlives_step);
@@ -207,7 +219,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                     cost,
                     scope,
                     strided,
-                    (state.budget.tick(), ordinal),
+                    (state.budget.tick(), ordinal, owner),
                 ),
                 state,
                 dependents: AtomicU32::new(0),
@@ -227,6 +239,12 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         state
             .budget
             .register(Arc::downgrade(&cell) as std::sync::Weak<dyn Evictable>);
+        if created.chosen {
+            state.scopes.hold_chosen(
+                ordinal,
+                Arc::downgrade(&cell) as std::sync::Weak<dyn Evictable>,
+            );
+        }
         cell
     }
 
@@ -707,6 +725,14 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 let storage = match shared {
                     Some(storage) => storage,
                     None => {
+                        log::trace!(
+                            "frugal: recompute {} {} B, ordinal {}, dead {}, checkpoint {}",
+                            self.core.info.op.name(),
+                            self.core.info.bytes,
+                            self.core.info.ordinal,
+                            self.core.info.is_dead(),
+                            self.core.info.is_checkpoint()
+                        );
                         state.budget.count_recompute(self.core.info.bytes);
                         Arc::new(state.charge_as(&tensor, self.core.info.op, self.core.role()))
                     }

@@ -6,10 +6,10 @@
 //! closes where [`crate::engine::SegmentEvent`]s say). Imports: `engine`, `op`.
 
 use std::cell::RefCell;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
 
-use crate::engine::{Budget, SegmentEvent, Status};
+use crate::engine::{Budget, Evictable, SegmentEvent, Status};
 use crate::op::cost::is_costly_product;
 
 thread_local! {
@@ -59,6 +59,10 @@ pub(crate) struct Scopes {
     /// ([`NEVER_OPENED`]: never). A program that opens scopes chooses what to recompute, and
     /// the budget's segments stay off until it has gone two learned steps without one.
     opened_at: AtomicU64,
+    /// The tensors a selection drops at its next cuts, by ordinal (see
+    /// [`crate::engine::StepPlan::is_chosen`]): a selection's cut looks at these only, not
+    /// at every cell.
+    chosen: Mutex<Vec<(u64, Weak<dyn Evictable>)>>,
 }
 
 const NEVER_OPENED: u64 = u64::MAX;
@@ -72,6 +76,7 @@ impl Default for Scopes {
             segment: AtomicU64::new(0),
             forward: AtomicU64::new(0),
             opened_at: AtomicU64::new(NEVER_OPENED),
+            chosen: Mutex::new(Vec::new()),
         }
     }
 }
@@ -129,6 +134,14 @@ impl Scopes {
         }
     }
 
+    /// Notes a tensor a selection drops at a later cut.
+    pub(crate) fn hold_chosen(&self, ordinal: u64, cell: Weak<dyn Evictable>) {
+        self.chosen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ordinal, cell));
+    }
+
     /// Follows the learned step's segments: opens, cuts or closes the automatic scope the
     /// forward pass's tensors are created in. At a cut, the closing segment's resident
     /// tensors that the forward pass does not read again are evicted, to be recomputed from
@@ -141,6 +154,10 @@ impl Scopes {
         }
         match event {
             SegmentEvent::Open { .. } => {
+                self.chosen
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
                 self.end_segment();
                 let id = self.begin_segment();
                 self.forward.store(id, Relaxed);
@@ -149,6 +166,31 @@ impl Scopes {
                 first,
                 position,
                 last_read,
+                selective: true,
+            } => {
+                // A read stamped `position` came before this cut.
+                let mut chosen = self.chosen.lock().unwrap_or_else(|e| e.into_inner());
+                chosen.retain(|(ordinal, cell)| {
+                    let last = ordinal
+                        .checked_sub(first)
+                        .and_then(|at| last_read.get(at as usize));
+                    let Some(cell) = cell.upgrade().filter(|_| last.is_some()) else {
+                        return false;
+                    };
+                    if last.is_some_and(|&last| last > position) {
+                        return true;
+                    }
+                    if cell.status() == Status::Resident {
+                        cell.evict();
+                    }
+                    false
+                });
+            }
+            SegmentEvent::Cut {
+                first,
+                position,
+                last_read,
+                selective: false,
             } => {
                 let id = self.end_segment();
                 let forward = self.forward.load(Relaxed);

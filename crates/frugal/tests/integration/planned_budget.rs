@@ -208,6 +208,38 @@ fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
 }
 
 #[test]
+fn a_step_a_little_over_the_budget_drops_chosen_tensors_and_recomputes_them_alone() {
+    let _serial = lock();
+    // Batches large enough that activations, not optimizer state, make the peak.
+    let rows = [512; 8];
+    let (base, peak, free) = unconstrained(&rows);
+    // At four fifths the activations held across the peak are not enough: segments.
+    let budget = base + peak * 9 / 10;
+    let planned = train(&rows, |_| Some(budget));
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    assert!(
+        planned.most_live <= budget,
+        "{} > {budget}",
+        planned.most_live
+    );
+    let last = planned.per_step.last().unwrap();
+    // A selection, not segments: the cheapest tensors held across the peak (the activations'
+    // outputs, recomputed from the products' outputs the backward pass holds anyway).
+    assert!(last.plan_selected_bytes > 0, "no selection: {last:?}");
+    assert_eq!(last.plan_segment_bytes, 0, "{last:?}");
+    // Each steady step recomputes the chosen tensors, each once: a segment's end would
+    // recompute whole chains.
+    let steady = &planned.per_step[planned.per_step.len() - 3..];
+    for stats in steady {
+        assert_eq!(
+            stats.recomputed_bytes, last.plan_selected_bytes,
+            "{steady:#?}"
+        );
+    }
+}
+
+#[test]
 fn the_first_steps_before_any_is_learned_keep_their_peaks_within_the_budget() {
     let _serial = lock();
     // Layers as wide as their inputs: every output is at most as large as an input of its op,
