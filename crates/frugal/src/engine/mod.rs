@@ -65,6 +65,8 @@ pub(crate) struct Created {
     pub(crate) outlives_step: bool,
     /// A selection drops it at a later cut (see [`StepPlan::is_chosen`]).
     pub(crate) chosen: bool,
+    /// It is made in a forward pass under a selection (see [`StepPlan::under_selection`]).
+    pub(crate) under_selection: bool,
 }
 
 /// What the engine reads of a cell without locking it.
@@ -375,6 +377,7 @@ impl Budget {
         let segment = plan.segment_event(ordinal, self.limit().filter(|_| enabled));
         let outlives_step = enabled && plan.outlives_step(ordinal);
         let chosen = enabled && plan.is_chosen(ordinal);
+        let under_selection = enabled && plan.under_selection();
         let next = match self.limit() {
             Some(_) if self.planned.load(Relaxed) => plan.next_made().map_or(0, pack_next),
             _ => 0,
@@ -410,6 +413,7 @@ impl Budget {
             segment,
             outlives_step,
             chosen,
+            under_selection,
         }
     }
 

@@ -777,6 +777,12 @@ impl StepPlan {
         )
     }
 
+    /// Whether a forward pass under a selection is under way: its tensors need no history
+    /// kept for recomputation beyond the chosen tensors' own inputs, which the program holds.
+    pub(crate) fn under_selection(&self) -> bool {
+        self.segment_open && self.segments.as_ref().is_some_and(|s| s.selective)
+    }
+
     /// Whether the tensor with `ordinal`, just made in the forward pass, is one a selection
     /// drops at a later cut.
     pub(crate) fn is_chosen(&self, ordinal: u64) -> bool {

@@ -72,6 +72,10 @@ pub(crate) struct CellCore {
     /// For a dropped tensor that kept its recipe: how many dropped tensors lead from it to
     /// tensors the program holds.
     dead_chain: AtomicU32,
+    /// Made in a forward pass under a selection: dropped, it keeps its recipe only as far as
+    /// outside a scope ([`MAX_DEAD_CHAIN`]); the selection recomputes only from tensors the
+    /// program holds, and longer histories keep dropped tensors on the device.
+    under_selection: bool,
     /// Its [`Role`] as an index, kept while it is not resident so a restore charges it to the
     /// same role.
     role: AtomicU8,
@@ -225,6 +229,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 dependents: AtomicU32::new(0),
                 pins: AtomicU32::new(0),
                 dead_chain: AtomicU32::new(0),
+                under_selection: created.under_selection,
                 role: AtomicU8::new(storage.role() as u8),
             },
             device: K::device(&tensor),
@@ -443,7 +448,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             .map(|input| input.core().dead_chain.load(Relaxed) + 1)
             .max()
             .unwrap_or(1);
-        let limit = if self.core.info.scope != 0 {
+        let limit = if self.core.info.scope != 0 && !self.core.under_selection {
             MAX_SCOPED_DEAD_CHAIN
         } else {
             MAX_DEAD_CHAIN
