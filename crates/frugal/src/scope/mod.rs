@@ -146,8 +146,9 @@ impl Scopes {
     /// forward pass's tensors are created in. At a cut, the closing segment's resident
     /// tensors that the forward pass does not read again are evicted, to be recomputed from
     /// the kept ones when the backward pass reads them; the kept ones are marked as
-    /// checkpoints (see [`crate::engine::CellInfo::mark_checkpoint`]). Ignored while a scope of the program's
-    /// own is open.
+    /// checkpoints (see [`crate::engine::CellInfo::mark_checkpoint`]). A selection's cut
+    /// evicts only the chosen tensors (see [`Self::hold_chosen`]) the forward pass does not
+    /// read again. Ignored while a scope of the program's own is open.
     pub(crate) fn on_segment_event(&self, event: SegmentEvent, budget: &Budget) {
         if self.current.load(Relaxed) != self.segment.load(Relaxed) {
             return;
