@@ -136,6 +136,18 @@ fn train_net(widths: &[usize], rows: &[usize], budget_at: impl Fn(usize) -> Opti
 }
 
 /// The peak live bytes of an unbudgeted run over `rows`, above what was live before.
+/// Checks that `planned` gave the same losses and parameters as `free`, bit for bit, and
+/// kept its live bytes within `budget`.
+fn assert_same_bits_within(planned: &Run, free: &Run, budget: u64) {
+    assert_eq!(planned.losses, free.losses, "losses");
+    assert_eq!(planned.params, free.params, "parameters");
+    assert!(
+        planned.most_live <= budget,
+        "{} > {budget}",
+        planned.most_live
+    );
+}
+
 fn unconstrained(rows: &[usize]) -> (u64, u64, Run) {
     let base = memory::live_bytes(&DEVICE);
     let run = train(rows, |_| None);
@@ -156,13 +168,7 @@ fn a_learned_step_replays_with_the_same_bits_and_choices_as_no_budget() {
     memory::set_policy(&DEVICE, unsegmented);
     let planned = train(&rows, |_| Some(budget));
     memory::set_policy(&DEVICE, Policy::default());
-    assert_eq!(planned.losses, free.losses, "losses");
-    assert_eq!(planned.params, free.params, "parameters");
-    assert!(
-        planned.most_live <= budget,
-        "{} > {budget}",
-        planned.most_live
-    );
+    assert_same_bits_within(&planned, &free, budget);
     let last = planned.per_step.last().unwrap();
     assert!(last.plan_period > 0, "no step learned: {last:?}");
     assert!(last.planned_rounds > 0, "the plan never chose: {last:?}");
@@ -216,13 +222,7 @@ fn a_step_a_little_over_the_budget_drops_chosen_tensors_and_recomputes_them_alon
     // At four fifths the activations held across the peak are not enough: segments.
     let budget = base + peak * 9 / 10;
     let planned = train(&rows, |_| Some(budget));
-    assert_eq!(planned.losses, free.losses, "losses");
-    assert_eq!(planned.params, free.params, "parameters");
-    assert!(
-        planned.most_live <= budget,
-        "{} > {budget}",
-        planned.most_live
-    );
+    assert_same_bits_within(&planned, &free, budget);
     let last = planned.per_step.last().unwrap();
     // A selection, not segments: the cheapest tensors held across the peak (the activations'
     // outputs, recomputed from the products' outputs the backward pass holds anyway).
@@ -282,13 +282,7 @@ fn new_shapes_break_the_learned_step_and_the_budget_holds_meanwhile() {
     let (base, peak, free) = unconstrained(&rows);
     let budget = base + peak / 3;
     let planned = train(&rows, |_| Some(budget));
-    assert_eq!(planned.losses, free.losses, "losses");
-    assert_eq!(planned.params, free.params, "parameters");
-    assert!(
-        planned.most_live <= budget,
-        "{} > {budget}",
-        planned.most_live
-    );
+    assert_same_bits_within(&planned, &free, budget);
     let at_switch = planned.per_step[7];
     let last = planned.per_step.last().unwrap();
     assert!(at_switch.plan_period > 0, "{at_switch:?}");
