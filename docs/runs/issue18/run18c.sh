@@ -42,7 +42,7 @@ for spec in ${GPTS:-}; do
   cp /tmp/gpt$j/steps.json $OUT/gpt$j-steps.json 2>/dev/null
   case "$more" in *--budget*) ;; *) last_peak=$(python3 -c "import json; print(max(s['peak_bytes'] for s in json.load(open('/tmp/gpt$j/steps.json'))))" 2>/dev/null) ;; esac
   python3 -c "import json; l=json.load(open('/tmp/gpt$j/steps.json')); print('ms', [round(s.get('step_ms', 0), 1) for s in l]); print('loss', [round(s['loss'], 5) for s in l]); print('peak', max(s['peak_bytes'] for s in l))" 2>/dev/null
-  grep -E "dropped at|segments of about" $OUT/gpt$j.txt | tail -2 | cut -c1-400
+  grep -E "dropped at|segments of about|evicted [0-9]+ times in the last|selection stays" $OUT/gpt$j.txt | tail -4 | cut -c1-400
   grep -v "^\s*$" $OUT/gpt$j.txt | grep -v "DEBUG\|TRACE" | tail -30 | cut -c1-200
   python3 - $OUT/gpt$j.txt <<'PY'
 import sys, re, collections

@@ -234,21 +234,33 @@ pub fn halved_micro_batch(batch: usize, micro_batches: usize) -> Option<usize> {
     (rows >= 2 && rows.is_multiple_of(2)).then_some(micro_batches * 2)
 }
 
-/// What the device's own pool says, for a failure message: reserved and in-use bytes, and on
-/// frugal-cuda its allocator's exact peak.
-fn device_figures<D: 'static>(device: &D) -> String {
+/// frugal-cuda's allocator peaks on `device`: peak allocated and peak reserved bytes, and its
+/// cap; `None` on other devices.
+pub fn allocator_peaks<D: 'static>(device: &D) -> Option<(u64, u64, Option<u64>)> {
     #[cfg(feature = "frugal-cuda")]
     if let Some(device) =
         (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
     {
         let stats = frugal_cuda::memory_report(device).stats;
+        return Some((
+            stats.peak_allocated_bytes,
+            stats.peak_reserved_bytes,
+            stats.cap,
+        ));
+    }
+    let _ = device;
+    None
+}
+
+/// What the device's own pool says, for a failure message: reserved and in-use bytes, and on
+/// frugal-cuda its allocator's exact peak.
+fn device_figures<D: 'static>(device: &D) -> String {
+    if let Some((allocated, reserved, cap)) = allocator_peaks(device) {
         return format!(
             "\n  the device (frugal-cuda): peak allocated {}, peak reserved {}{}",
-            format_bytes(stats.peak_allocated_bytes),
-            format_bytes(stats.peak_reserved_bytes),
-            stats
-                .cap
-                .map(|cap| format!(" (--memory-cap {})", format_bytes(cap)))
+            format_bytes(allocated),
+            format_bytes(reserved),
+            cap.map(|cap| format!(" (--memory-cap {})", format_bytes(cap)))
                 .unwrap_or_default()
         );
     }

@@ -216,6 +216,18 @@ pub fn print_summary<D: DeviceOps + 'static>(
         );
     }
     println!("{}", memory::report(device));
+    if let Some((allocated, reserved, _)) = crate::diagnostics::allocator_peaks(device) {
+        let share = args
+            .budget
+            .map(|budget| format!(" ({:.3}x the budget)", reserved as f64 / budget as f64))
+            .unwrap_or_default();
+        println!(
+            "frugal-cuda's allocator: peak allocated {} ({allocated} B), peak reserved {} \
+             ({reserved} B){share}",
+            format_bytes(allocated),
+            format_bytes(reserved)
+        );
+    }
     if let Some(settings) = settings_summary(args) {
         println!("{settings}; over the run: {}", remat_summary(remat));
         if let Some(per_step) = per_step_summary(remat, steps_run) {

@@ -63,8 +63,12 @@ pub(crate) struct Created {
     /// With forward segments on, the same tensor one step earlier outlived its step: a
     /// parameter or optimizer state.
     pub(crate) outlives_step: bool,
-    /// A selection drops it at a later cut (see [`StepPlan::is_chosen`]).
-    pub(crate) chosen: bool,
+    /// A selection drops it at a later cut (see [`StepPlan::is_chosen`]): the ordinal whose
+    /// forward reads decide when, its own or, for a view, its buffer's. A view of a chosen
+    /// tensor goes with it, since the buffer is freed only when every tensor sharing it is
+    /// dropped, and the backward pass holds views (attention's q, k and v of a fused
+    /// projection) until it reads them.
+    pub(crate) chosen: Option<u64>,
     /// It is made in a forward pass under a selection (see [`StepPlan::under_selection`]).
     pub(crate) under_selection: bool,
 }
@@ -187,6 +191,9 @@ pub(crate) trait Evictable: Send + Sync {
     /// Drops the buffer, to be recomputed when read; whether it was evicted. Never blocks: a
     /// cell in use elsewhere is skipped.
     fn evict(&self) -> bool;
+    /// Brings the data back to the device if it is not there (recomputing or uploading what
+    /// it needs).
+    fn restore(&self);
     /// Keeps the data on the device in the budget's 16-bit storage type; whether it was
     /// compressed (resident, unpinned, unshared f32 only).
     fn compress(&self) -> bool;
@@ -376,7 +383,7 @@ impl Budget {
             && self.mode.load(Relaxed) != EvictionMode::OffloadOnly as u8;
         let segment = plan.segment_event(ordinal, self.limit().filter(|_| enabled));
         let outlives_step = enabled && plan.outlives_step(ordinal);
-        let chosen = enabled && plan.is_chosen(ordinal);
+        let chosen = enabled.then(|| plan.chosen_key(ordinal, owner)).flatten();
         let under_selection = enabled && plan.under_selection();
         let next = match self.limit() {
             Some(_) if self.planned.load(Relaxed) => plan.next_made().map_or(0, pack_next),
@@ -1093,6 +1100,9 @@ mod tests {
         }
         fn evict(&self) -> bool {
             self.recompute.is_some() && self.free()
+        }
+        fn restore(&self) {
+            unimplemented!("the engine's tests restore nothing")
         }
         fn compress(&self) -> bool {
             false

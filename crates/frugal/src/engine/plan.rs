@@ -74,6 +74,8 @@ const SELECTION_SHRINK: f64 = 0.95;
 /// The share of the room under the budget a selection first aims at: the simulated step
 /// counts only the program's tensors, not the buffers ops use inside.
 const SELECTION_AIM: f64 = 0.95;
+/// How many of a step's eviction rounds under a plan the log names the position of.
+const PRESSURE_SEEN: usize = 8;
 /// Tensors holding less than the room under the budget divided by this are not selected: a
 /// recomputation of a few bytes still costs an op.
 const SELECTION_MIN_SHARE: u64 = 4096;
@@ -245,6 +247,8 @@ pub(crate) struct StepPlan {
     settled: bool,
     /// Eviction rounds the budget needed since the forward pass last began.
     pressure: u64,
+    /// Positions in the step of the first [`PRESSURE_SEEN`] of those rounds, for the log.
+    pressure_at: [u64; PRESSURE_SEEN],
     /// The step length and budget the segments were decided for.
     segments_for: Option<(Option<u64>, Option<u64>)>,
 }
@@ -274,6 +278,7 @@ impl Default for StepPlan {
             last_pressure: None,
             settled: false,
             pressure: 0,
+            pressure_at: [0; PRESSURE_SEEN],
             segments_for: None,
         }
     }
@@ -345,6 +350,15 @@ impl StepPlan {
 
     /// Notes that the budget had to evict: the segments, if any, were not enough.
     pub(crate) fn note_pressure(&mut self) {
+        self.count_pressure();
+    }
+
+    fn count_pressure(&mut self) {
+        let ordinal = self.next_ordinal();
+        let position = self.segments.as_ref().map_or(0, |s| s.position(ordinal));
+        if let Some(at) = self.pressure_at.get_mut(self.pressure as usize) {
+            *at = position;
+        }
         self.pressure += 1;
     }
 
@@ -354,7 +368,7 @@ impl StepPlan {
     /// lower aim would drop. Segments leave such evictions to the budget.
     pub(crate) fn note_room(&mut self) {
         if self.segments.as_ref().is_some_and(|s| s.selective) {
-            self.pressure += 1;
+            self.count_pressure();
         }
     }
 
@@ -416,6 +430,14 @@ impl StepPlan {
     /// the same evictions.
     fn adapt_segments(&mut self, limit: Option<u64>) {
         let pressure = self.pressure;
+        if pressure > 0 {
+            log::debug!(
+                "frugal: step plan: the budget evicted {pressure} times in the last step, first \
+                 at positions {:?} (the forward pass ends at {})",
+                &self.pressure_at[..(pressure as usize).min(PRESSURE_SEEN)],
+                self.segments.as_ref().map_or(0, |s| s.end),
+            );
+        }
         let shrink = match self.last_pressure {
             _ if pressure == 0 => false,
             _ if self.segment_share <= MIN_SEGMENT_SHARE => false,
@@ -783,7 +805,17 @@ impl StepPlan {
         self.segment_open && self.segments.as_ref().is_some_and(|s| s.selective)
     }
 
-    /// Whether the tensor with `ordinal`, just made in the forward pass, is one a selection
+    /// For the tensor just made with `ordinal`, sharing the buffer of the tensor with `owner`
+    /// if it is a view: the ordinal of the chosen tensor it is dropped with (its own, or its
+    /// buffer's if that was made in this forward pass and is chosen), if any.
+    pub(crate) fn chosen_key(&self, ordinal: u64, owner: Option<u64>) -> Option<u64> {
+        let key = owner.unwrap_or(ordinal);
+        let segments = self.segments.as_ref()?;
+        let since_start = segments.position(ordinal);
+        (ordinal - key <= since_start && self.is_chosen(key)).then_some(key)
+    }
+
+    /// Whether the tensor with `ordinal`, made in the current forward pass, is one a selection
     /// drops at a later cut.
     pub(crate) fn is_chosen(&self, ordinal: u64) -> bool {
         let Some(segments) = self.segments.as_ref().filter(|s| s.selective) else {

@@ -76,6 +76,8 @@ pub(crate) struct CellCore {
     /// outside a scope ([`MAX_DEAD_CHAIN`]); the selection recomputes only from tensors the
     /// program holds, and longer histories keep dropped tensors on the device.
     under_selection: bool,
+    /// A selection drops it (or the buffer it is a view of) at a later cut.
+    chosen: bool,
     /// Its [`Role`] as an index, kept while it is not resident so a restore charges it to the
     /// same role.
     role: AtomicU8,
@@ -135,6 +137,14 @@ const RESTORE_OUTWEIGHS: u64 = 4;
 
 /// The longest chain of dropped tensors kept only to recompute live ones.
 const MAX_DEAD_CHAIN: u32 = 1;
+
+/// The same in a forward pass under a selection (see `StepPlan::select`) for the tensors it
+/// does not choose: its simulation frees every dropped tensor at its last read except the
+/// inputs of the chosen tensors, which their recipes hold. (A chosen tensor the program
+/// dropped, held by its views, keeps its recipe as outside a scope.) A dropped `mean` that kept its recipe held the residual stream's sum it
+/// was computed from on the device through the whole step, and that sum, one dropped product
+/// away from live tensors, could keep no recipe of its own to be evicted by.
+const SELECTION_DEAD_CHAIN: u32 = 0;
 
 /// The same inside a checkpoint scope. A block's saved tensors are often a few ops and views
 /// away from what the program still holds (`softmax`'s input is `mask_fill(div(q·kᵀ))`, each
@@ -230,6 +240,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 pins: AtomicU32::new(0),
                 dead_chain: AtomicU32::new(0),
                 under_selection: created.under_selection,
+                chosen: created.chosen.is_some(),
                 role: AtomicU8::new(storage.role() as u8),
             },
             device: K::device(&tensor),
@@ -244,9 +255,9 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         state
             .budget
             .register(Arc::downgrade(&cell) as std::sync::Weak<dyn Evictable>);
-        if created.chosen {
+        if let Some(chosen) = created.chosen {
             state.scopes.hold_chosen(
-                ordinal,
+                chosen,
                 Arc::downgrade(&cell) as std::sync::Weak<dyn Evictable>,
             );
         }
@@ -364,8 +375,14 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         };
         for (cell, _) in &order {
             cell.core().pins.fetch_add(1, Relaxed);
-            pins.chain
-                .push((&**cell, readers(cell.core() as Key).max(1)));
+            // A selection's chosen buffer stays pinned until the chain ends: the views evicted
+            // with it are brought back from it then (see below).
+            let core = cell.core();
+            let group_owner = core.chosen && core.info.owner == core.info.ordinal;
+            pins.chain.push((
+                &**cell,
+                readers(core as Key).max(1) + u32::from(group_owner),
+            ));
         }
         self.core.pins.fetch_add(1, Relaxed);
         let _restoring = Restoring::start();
@@ -381,6 +398,21 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         }
         self.core.state.make_room_for(self.core.info.bytes);
         self.restore_one();
+        // A selection evicted a product with its views: the views come back now, from this
+        // recomputation, while the chain still pins it.
+        let chosen = order
+            .iter()
+            .map(|(cell, _)| cell.core())
+            .chain([&self.core])
+            .filter(|core| core.chosen)
+            .map(|core| core.info.owner);
+        for owner in chosen {
+            for sibling in self.core.state.scopes.take_group(owner) {
+                if let Some(sibling) = sibling.upgrade() {
+                    sibling.restore();
+                }
+            }
+        }
         drop(pins);
     }
 
@@ -441,14 +473,21 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     fn keeps_recipe_when_dead(&self, slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
         let depth = Self::can_recompute(slot, max_depth)?;
         let recipe = slot.recipe.as_ref()?;
-        let chain = recipe
+        let inputs = recipe
             .inputs
             .iter()
             .filter(|input| input.core().info.is_dead())
-            .map(|input| input.core().dead_chain.load(Relaxed) + 1)
+            .map(|input| input.core().dead_chain.load(Relaxed))
             .max()
-            .unwrap_or(1);
-        let limit = if self.core.info.scope != 0 && !self.core.under_selection {
+            .unwrap_or(0);
+        // Under a selection a view does not lengthen the chain: it holds no memory of its own
+        // and replays for nothing. Counted, it left attention's q, k and v (a slice of a swap
+        // of a reshape of one product, which a selection may drop) with a dropped link and no
+        // recipe, so they held their product's buffer.
+        let chain = inputs + u32::from(recipe.view_of.is_none() || !self.core.under_selection);
+        let limit = if self.core.under_selection && !self.core.chosen {
+            SELECTION_DEAD_CHAIN
+        } else if self.core.info.scope != 0 {
             MAX_SCOPED_DEAD_CHAIN
         } else {
             MAX_DEAD_CHAIN
@@ -617,6 +656,10 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
         slot.mark_evicted(depth);
         self.core.state.budget.count_eviction(self.core.info.bytes);
         true
+    }
+
+    fn restore(&self) {
+        self.ensure_resident();
     }
 
     fn compress(&self) -> bool {

@@ -63,6 +63,10 @@ pub(crate) struct Scopes {
     /// [`crate::engine::StepPlan::is_chosen`]): a selection's cut looks at these only, not
     /// at every cell.
     chosen: Mutex<Vec<(u64, Weak<dyn Evictable>)>>,
+    /// Chosen tensors evicted at a selection's cut together with views of their buffer, by
+    /// the buffer's ordinal: the first of them the backward pass reads brings the others
+    /// back with it (see [`Self::take_group`]).
+    groups: Mutex<Vec<(u64, Vec<Weak<dyn Evictable>>)>>,
 }
 
 const NEVER_OPENED: u64 = u64::MAX;
@@ -77,6 +81,7 @@ impl Default for Scopes {
             forward: AtomicU64::new(0),
             opened_at: AtomicU64::new(NEVER_OPENED),
             chosen: Mutex::new(Vec::new()),
+            groups: Mutex::new(Vec::new()),
         }
     }
 }
@@ -142,6 +147,18 @@ impl Scopes {
             .push((ordinal, cell));
     }
 
+    /// Takes the tensors evicted at a selection's cut together with the tensor keyed `owner`
+    /// (its buffer's ordinal), for whoever restores one of them to bring the others back from
+    /// the same recomputation: restored one by one, each view would recompute the buffer
+    /// anew, and hold a copy of its own.
+    pub(crate) fn take_group(&self, owner: u64) -> Vec<Weak<dyn Evictable>> {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        match groups.iter().position(|(key, _)| *key == owner) {
+            Some(at) => groups.swap_remove(at).1,
+            None => Vec::new(),
+        }
+    }
+
     /// Follows the learned step's segments: opens, cuts or closes the automatic scope the
     /// forward pass's tensors are created in. At a cut, the closing segment's resident
     /// tensors that the forward pass does not read again are evicted, to be recomputed from
@@ -159,6 +176,10 @@ impl Scopes {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clear();
+                self.groups
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
                 self.end_segment();
                 let id = self.begin_segment();
                 self.forward.store(id, Relaxed);
@@ -171,6 +192,7 @@ impl Scopes {
             } => {
                 // A read stamped `position` came before this cut.
                 let mut chosen = self.chosen.lock().unwrap_or_else(|e| e.into_inner());
+                let mut evicted: Vec<(u64, Weak<dyn Evictable>)> = Vec::new();
                 chosen.retain(|(ordinal, cell)| {
                     let last = ordinal
                         .checked_sub(first)
@@ -181,11 +203,21 @@ impl Scopes {
                     if last.is_some_and(|&last| last > position) {
                         return true;
                     }
-                    if cell.status() == Status::Resident {
-                        cell.evict();
+                    if cell.status() == Status::Resident && cell.evict() {
+                        evicted.push((*ordinal, Arc::downgrade(&cell)));
                     }
                     false
                 });
+                drop(chosen);
+                let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+                let from = groups.len();
+                for (key, cell) in evicted {
+                    match groups[from..].iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, group)) => group.push(cell),
+                        None => groups.push((key, vec![cell])),
+                    }
+                }
+                groups.retain(|(_, group)| group.len() > 1);
             }
             SegmentEvent::Cut {
                 first,
