@@ -66,8 +66,11 @@ pub(crate) struct Scopes {
     /// Chosen tensors evicted at a selection's cut together with views of their buffer, by
     /// the buffer's ordinal: the first of them the backward pass reads brings the others
     /// back with it (see [`Self::take_group`]).
-    groups: Mutex<Vec<(u64, Vec<Weak<dyn Evictable>>)>>,
+    groups: Mutex<Vec<Group>>,
 }
+
+/// Tensors evicted together at a selection's cut, keyed by their buffer's ordinal.
+type Group = (u64, Vec<Weak<dyn Evictable>>);
 
 const NEVER_OPENED: u64 = u64::MAX;
 
