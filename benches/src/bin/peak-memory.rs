@@ -499,6 +499,11 @@ fn failure_from_stderr(
 }
 
 fn main() {
+    // Frugal's decisions (the budget's plan, evictions) through `log`, e.g.
+    // `RUST_LOG=frugal::engine::plan=debug`.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp(None)
+        .init();
     let args = Args::parse();
     if args.steps < args.warmup + 2 {
         eprintln!(

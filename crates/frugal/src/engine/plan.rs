@@ -638,7 +638,7 @@ impl StepPlan {
         let room = limit.saturating_sub(record.base_live);
         let aim = SELECTION_AIM * self.segment_share;
         let target = record.base_live + (room as f64 * aim) as u64;
-        if let Some(selection) = record.select(target, room / SELECTION_MIN_SHARE) {
+        if let Some(selection) = record.select(target, limit, room / SELECTION_MIN_SHARE) {
             if selection.count == 0 {
                 return None; // the step's exact peak fits
             }
@@ -1042,8 +1042,11 @@ impl StepRecord {
     /// layer norm's, before a product's). A tensor is dropped as the next tensor after the
     /// forward pass's last read of it is made, and only if each of its inputs the step made
     /// is held by the program until the backward pass reads it and is not dropped itself;
-    /// tensors of fewer than `min_bytes` are left. `None` if no such choice fits.
-    fn select(&self, target: u64, min_bytes: u64) -> Option<Selection> {
+    /// tensors of fewer than `min_bytes` are left. When nothing more can be chosen short of
+    /// `target`, the choice so far is taken if its peak is at most `ceiling` (the budget
+    /// itself: a step a little over the aim still recomputes far less than under segments);
+    /// `None` otherwise.
+    fn select(&self, target: u64, ceiling: u64, min_bytes: u64) -> Option<Selection> {
         let (p, end) = (self.bytes.len(), self.end as usize);
         let last_forward = |i: usize| {
             let forward = self.reads[i].iter().filter(|&&r| (r as usize) < end).max();
@@ -1116,7 +1119,15 @@ impl StepRecord {
             let peak = self
                 .base_live
                 .saturating_add((most - at_start).max(0) as u64);
-            if peak <= target {
+            let pick = candidates.iter().find(|c| {
+                let i = c.position;
+                !chosen[i]
+                    && !feeds[i]
+                    && (c.drop_at as usize) < at
+                    && at < c.back as usize
+                    && inputs[i].iter().all(|&j| !chosen[j])
+            });
+            if peak <= target || (pick.is_none() && peak <= ceiling) {
                 let mut cuts = vec![0];
                 cuts.extend(
                     candidates
@@ -1140,14 +1151,6 @@ impl StepRecord {
                     bytes,
                 });
             }
-            let pick = candidates.iter().find(|c| {
-                let i = c.position;
-                !chosen[i]
-                    && !feeds[i]
-                    && (c.drop_at as usize) < at
-                    && at < c.back as usize
-                    && inputs[i].iter().all(|&j| !chosen[j])
-            });
             let pick = pick?;
             let i = pick.position;
             chosen[i] = true;
@@ -1688,8 +1691,8 @@ mod tests {
         };
         // Held from the step's start: 100 bytes at positions 4 to 6 (all of x, a, b).
         let cheap_a = record([2.0, 20.0]);
-        assert_eq!(cheap_a.select(100, 0).map(|s| s.count), Some(0));
-        let chosen = cheap_a.select(95, 0).expect("a fits");
+        assert_eq!(cheap_a.select(100, 100, 0).map(|s| s.count), Some(0));
+        let chosen = cheap_a.select(95, 95, 0).expect("a fits");
         assert_eq!((chosen.count, chosen.bytes, chosen.peak), (1, 40, 90));
         // `a` goes as `c` is made, after `b` (made at 2) read it; back when the backward
         // pass reads it.
@@ -1704,15 +1707,18 @@ mod tests {
         );
         // Position 3 still holds x, a, b and c: nothing held across it can be dropped
         // before it, and `b` may not go beside `a`, its dropped input.
-        assert!(cheap_a.select(85, 0).is_none());
+        assert!(cheap_a.select(85, 85, 0).is_none());
+        // Short of the aim but within the ceiling, the choice that got lowest is taken.
+        let short = cheap_a.select(85, 90, 0).expect("within the ceiling");
+        assert_eq!((short.count, short.peak), (1, 90));
         // A cheaper `b` is no help: it goes only as `d` is made (position 4, the peak's
         // first position), so `a` goes all the same.
         let cheap_b = record([30.0, 2.0]);
-        let chosen = cheap_b.select(95, 0).expect("a fits");
+        let chosen = cheap_b.select(95, 95, 0).expect("a fits");
         assert_eq!(chosen.cuts, vec![0, 3]);
         assert_eq!((chosen.last_read[1], chosen.last_read[2]), (2, u64::MAX));
         // Too small to be worth an op.
-        assert!(cheap_a.select(95, 41).is_none());
+        assert!(cheap_a.select(95, 95, 41).is_none());
     }
 
     #[test]
