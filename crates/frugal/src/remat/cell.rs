@@ -72,9 +72,9 @@ pub(crate) struct CellCore {
     /// For a dropped tensor that kept its recipe: how many dropped tensors lead from it to
     /// tensors the program holds.
     dead_chain: AtomicU32,
-    /// Made in a forward pass under a selection: dropped, it keeps its recipe only as far as
-    /// outside a scope ([`MAX_DEAD_CHAIN`]); the selection recomputes only from tensors the
-    /// program holds, and longer histories keep dropped tensors on the device.
+    /// Made in a forward pass under a selection: dropped, it keeps no recipe unless chosen
+    /// ([`SELECTION_DEAD_CHAIN`]); the selection recomputes only from tensors the program
+    /// holds, and longer histories keep dropped tensors on the device.
     under_selection: bool,
     /// A selection drops it (or the buffer it is a view of) at a later cut.
     chosen: bool,
@@ -140,10 +140,11 @@ const MAX_DEAD_CHAIN: u32 = 1;
 
 /// The same in a forward pass under a selection (see `StepPlan::select`) for the tensors it
 /// does not choose: its simulation frees every dropped tensor at its last read except the
-/// inputs of the chosen tensors, which their recipes hold. (A chosen tensor the program
-/// dropped, held by its views, keeps its recipe as outside a scope.) A dropped `mean` that kept its recipe held the residual stream's sum it
-/// was computed from on the device through the whole step, and that sum, one dropped product
-/// away from live tensors, could keep no recipe of its own to be evicted by.
+/// inputs of the chosen tensors, which their recipes hold. A dropped `mean` that kept its
+/// recipe held the residual stream's sum it was computed from on the device through the whole
+/// step, and that sum, one dropped product away from live tensors, could keep no recipe of its
+/// own to be evicted by. (A chosen tensor the program dropped, held by its views, keeps its
+/// recipe as outside a scope.)
 const SELECTION_DEAD_CHAIN: u32 = 0;
 
 /// The same inside a checkpoint scope. A block's saved tensors are often a few ops and views
