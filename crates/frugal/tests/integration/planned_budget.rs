@@ -101,8 +101,25 @@ fn train(rows: &[usize], budget_at: impl Fn(usize) -> Option<u64>) -> Run {
 /// As [`train`], with a network of `widths`.
 fn train_net(widths: &[usize], rows: &[usize], budget_at: impl Fn(usize) -> Option<u64>) -> Run {
     B::seed(&DEVICE, 7);
-    let mut model = Net::<B>::with_widths(&DEVICE, widths);
-    let mut optim = AdamConfig::new().init::<B, Net<B>>();
+    let model = Net::<B>::with_widths(&DEVICE, widths);
+    let ends = (widths[0], widths[widths.len() - 1]);
+    train_model(model, ends, rows, budget_at, Net::forward, |model| {
+        model.layers.iter().flat_map(weight_bits).collect()
+    })
+}
+
+/// Trains `model` (`forward` from `ends.0` input columns to `ends.1` outputs) with Adam for
+/// one step per entry of `rows`, applying `budget_at(step)` before each step; `params` reads
+/// the parameters compared at the end.
+fn train_model<M: burn::module::AutodiffModule<B>>(
+    mut model: M,
+    ends: (usize, usize),
+    rows: &[usize],
+    budget_at: impl Fn(usize) -> Option<u64>,
+    forward: impl Fn(&M, Tensor<B, 2>) -> Tensor<B, 2>,
+    params: impl Fn(&M) -> Vec<u32>,
+) -> Run {
+    let mut optim = AdamConfig::new().init::<B, M>();
     let mut run = Run {
         losses: Vec::new(),
         params: Vec::new(),
@@ -114,10 +131,10 @@ fn train_net(widths: &[usize], rows: &[usize], budget_at: impl Fn(usize) -> Opti
         memory::set_budget(&DEVICE, budget_at(step));
         let before = memory::remat_stats(&DEVICE);
         memory::reset_peak(&DEVICE);
-        let (inputs, outputs) = (widths[0], widths[widths.len() - 1]);
+        let (inputs, outputs) = ends;
         let x = Tensor::<B, 2>::from_data(batch(n, inputs, step as u64 % 4), &DEVICE);
         let y = Tensor::<B, 2>::from_data(batch(n, outputs, 100 + step as u64 % 4), &DEVICE);
-        let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
+        let loss = MseLoss::new().forward(forward(&model, x), y, Reduction::Mean);
         run.losses.push(loss.clone().into_scalar().to_bits());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model, grads);
@@ -127,12 +144,18 @@ fn train_net(widths: &[usize], rows: &[usize], budget_at: impl Fn(usize) -> Opti
             .push(memory::remat_stats(&DEVICE).since(&before));
     }
     memory::set_budget(&DEVICE, None);
-    for layer in &model.layers {
-        let data = layer.weight.val().into_data();
-        run.params
-            .extend(data.as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()));
-    }
+    run.params = params(&model);
     run
+}
+
+/// A linear layer's weights, as bits.
+fn weight_bits(layer: &Linear<B>) -> Vec<u32> {
+    let data = layer.weight.val().into_data();
+    data.as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
 }
 
 /// The peak live bytes of an unbudgeted run over `rows`, above what was live before.
@@ -504,36 +527,16 @@ impl<B: Backend> ResidualNet<B> {
 /// As [`train`], with [`ResidualNet`] of `blocks` blocks.
 fn train_residual(blocks: usize, rows: &[usize], budget_at: impl Fn(usize) -> Option<u64>) -> Run {
     B::seed(&DEVICE, 7);
-    let mut model = ResidualNet::<B>::new(&DEVICE, blocks);
-    let mut optim = AdamConfig::new().init::<B, ResidualNet<B>>();
-    let mut run = Run {
-        losses: Vec::new(),
-        params: Vec::new(),
-        per_step: Vec::new(),
-        most_live: 0,
-        step_peaks: Vec::new(),
-    };
-    for (step, &n) in rows.iter().enumerate() {
-        memory::set_budget(&DEVICE, budget_at(step));
-        let before = memory::remat_stats(&DEVICE);
-        memory::reset_peak(&DEVICE);
-        let (inputs, outputs) = (WIDTHS[0], WIDTHS[WIDTHS.len() - 1]);
-        let x = Tensor::<B, 2>::from_data(batch(n, inputs, step as u64 % 4), &DEVICE);
-        let y = Tensor::<B, 2>::from_data(batch(n, outputs, 100 + step as u64 % 4), &DEVICE);
-        let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
-        run.losses.push(loss.clone().into_scalar().to_bits());
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        model = optim.step(1e-3, model, grads);
-        run.most_live = run.most_live.max(memory::live_bytes(&DEVICE));
-        run.step_peaks.push(memory::peak_bytes(&DEVICE));
-        run.per_step
-            .push(memory::remat_stats(&DEVICE).since(&before));
-    }
-    memory::set_budget(&DEVICE, None);
-    let data = model.head.weight.val().into_data();
-    run.params
-        .extend(data.as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()));
-    run
+    let model = ResidualNet::<B>::new(&DEVICE, blocks);
+    let ends = (WIDTHS[0], WIDTHS[WIDTHS.len() - 1]);
+    train_model(
+        model,
+        ends,
+        rows,
+        budget_at,
+        ResidualNet::forward,
+        |model| weight_bits(&model.head),
+    )
 }
 
 #[test]
