@@ -431,6 +431,14 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         self.memory.storage().allocator_mut().set_cap(cap)
     }
 
+    /// Sets the allocator's growth limit (see [`CachingAllocator::set_growth_limit`]).
+    pub fn set_growth_limit(&mut self, limit: Option<u64>) {
+        self.memory
+            .storage()
+            .allocator_mut()
+            .set_growth_limit(limit);
+    }
+
     /// Installs the out-of-memory handler tried before a reservation fails.
     pub fn set_oom_handler(&mut self, handler: impl FnMut(&OomInfo) -> bool + Send + 'static) {
         self.memory

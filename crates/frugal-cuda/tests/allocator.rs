@@ -365,6 +365,66 @@ fn cap_changes_at_run_time() {
 }
 
 #[test]
+fn a_growth_limit_reuses_the_holes_between_live_blocks_before_reserving_more() {
+    // Two 30 MiB holes between live blocks: a 50 MiB request fits neither.
+    let fragment = |a: &mut CachingAllocator<SimulatedDevice>| {
+        let blocks: Vec<_> = (0..4).map(|_| a.alloc(30 * MIB).unwrap()).collect();
+        a.dealloc(blocks[0]).unwrap();
+        a.dealloc(blocks[2]).unwrap();
+        [blocks[1], blocks[3]]
+    };
+    let mut free_growth = expandable();
+    let [b, d] = fragment(&mut free_growth);
+    let big = free_growth.alloc(50 * MIB).unwrap();
+    ok(&free_growth, &[b, d, big]);
+    assert_eq!(
+        free_growth.stats().reserved_bytes,
+        170 * MIB,
+        "plain growth"
+    );
+
+    let mut limited = expandable();
+    limited.set_growth_limit(Some(130 * MIB));
+    let [b, d] = fragment(&mut limited);
+    let big = limited.alloc(50 * MIB).unwrap();
+    ok(&limited, &[b, d, big]);
+    let st = limited.stats();
+    // Only the 40 MiB the request lacked were given back (and mapped again for it); the
+    // other 20 MiB of the holes stay cached.
+    assert_eq!(st.reserved_bytes, 130 * MIB, "{st:?}");
+    assert_eq!(st.allocated_bytes, 110 * MIB);
+    assert_eq!(
+        (st.growth_limit, st.growth_limit_passes),
+        (Some(130 * MIB), 0)
+    );
+    assert_eq!(st.peak_reserved_bytes, 130 * MIB);
+}
+
+#[test]
+fn a_growth_limit_never_fails_an_allocation_and_rises_to_what_was_needed() {
+    for mut a in [plain(), expandable()] {
+        a.set_growth_limit(Some(50 * MIB));
+        let x = a.alloc(40 * MIB).unwrap();
+        let y = a.alloc(40 * MIB).unwrap();
+        ok(&a, &[x, y]);
+        let st = a.stats();
+        assert!(st.reserved_bytes >= 80 * MIB, "{st:?}");
+        assert_eq!(st.growth_limit_passes, 1);
+        assert_eq!(a.growth_limit(), Some(st.reserved_bytes));
+        assert_eq!(st.oom_count, 0);
+        // The hard cap still refuses.
+        a.set_cap(Some(st.reserved_bytes)).unwrap();
+        assert!(matches!(
+            a.alloc(40 * MIB),
+            Err(AllocError::OutOfMemory {
+                reason: OomReason::Cap,
+                ..
+            })
+        ));
+    }
+}
+
+#[test]
 fn oom_handler_is_called_and_retry_succeeds_when_it_frees() {
     let mut a = expandable();
     a.set_cap(Some(100 * MIB)).unwrap();

@@ -20,6 +20,7 @@ enum Op {
     /// Frees the live block at this index (modulo the number of live blocks).
     Free(usize),
     SetCap(Option<u64>),
+    SetGrowthLimit(Option<u64>),
     SetDeviceCapacity(Option<u64>),
     Release,
     ResetPeak,
@@ -43,6 +44,7 @@ fn op() -> impl Strategy<Value = Op> {
         12 => size().prop_map(Op::Alloc),
         9 => any::<usize>().prop_map(Op::Free),
         1 => cap().prop_map(Op::SetCap),
+        1 => cap().prop_map(Op::SetGrowthLimit),
         1 => cap().prop_map(Op::SetDeviceCapacity),
         1 => Just(Op::Release),
         1 => Just(Op::ResetPeak),
@@ -163,6 +165,7 @@ fn run(setup: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 a.set_cap(c)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
             }
+            Op::SetGrowthLimit(limit) => a.set_growth_limit(limit),
             Op::SetDeviceCapacity(c) => {
                 device_capacity = c;
                 a.device_mut().set_capacity(c);
@@ -204,6 +207,15 @@ fn run(setup: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 "reserved {} above the cap {c}",
                 st.reserved_bytes
             );
+        }
+        // The growth limit: passing it is counted, and it rises to what was reserved.
+        if let Some(limit) = before.growth_limit
+            && st.reserved_bytes > before.reserved_bytes.max(limit)
+        {
+            prop_assert_eq!(st.growth_limit_passes, before.growth_limit_passes + 1);
+            prop_assert_eq!(st.growth_limit, Some(st.reserved_bytes));
+        } else {
+            prop_assert_eq!(st.growth_limit_passes, before.growth_limit_passes);
         }
         // Peaks: exactly the highest value seen after any step (within a step memory only
         // goes down then up, so the highest point is at an end).

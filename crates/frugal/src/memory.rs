@@ -21,8 +21,8 @@ use crate::device::DeviceState;
 pub use crate::engine::{EvictionMode, Policy, RematStats};
 pub use crate::ledger::{Event, EventKind, Phase, Role, RoleBytes};
 pub use crate::report::{Holder, MemoryReport, PeakHolders, Snapshot};
+use crate::runtime::{self, OomRescue, set_oom_rescue};
 pub use crate::runtime::{DeviceMemory, PoolUsage, device_memory, pool_usage};
-use crate::runtime::{OomRescue, set_oom_rescue};
 pub use crate::units::{format_bytes, parse_bytes};
 
 /// Bytes of live tensor storage on `device`.
@@ -168,7 +168,9 @@ fn tag<X: Backend, const D: usize>(tensor: Tensor<Frugal<X>, D>, role: Role) {
 /// when the allocator cannot grow (its cap, or the device is full), tensors the budget can
 /// recompute are dropped from inside the allocation and the allocator tries again. That works
 /// for unfused tensors (`frugal_cuda::FrugalCudaUnfused`) only: under fusion a drop is work
-/// queued on the thread that is allocating, so nothing is dropped there.
+/// queued on the thread that is allocating, so nothing is dropped there. It also sets the
+/// allocator's growth limit to the budget plus [`RESERVE_HEADROOM`] of it (see
+/// [`set_growth_limit`]).
 pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
     let state = DeviceState::of_device(device);
     match bytes {
@@ -182,6 +184,28 @@ pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
     let rescue = bytes
         .map(|_| -> OomRescue { Box::new(move |requested| state.free_for_allocation(requested)) });
     set_oom_rescue(device, rescue);
+    set_growth_limit(
+        device,
+        bytes.map(|b| b.saturating_add((b as f64 * RESERVE_HEADROOM) as u64)),
+    );
+}
+
+/// The share of a budget that a frugal-cuda allocator may reserve beyond it before it reuses
+/// cached memory first (see [`set_growth_limit`]): room for what the budget does not count
+/// (buffers a fused kernel or a library call allocates for itself, and each tensor's rounding
+/// to the allocator's block size) and for fragmentation. Below it, reserving memory is cheap;
+/// above it, each allocation that finds no cached block gives back and maps memory again.
+pub const RESERVE_HEADROOM: f64 = 0.125;
+
+/// Sets the soft limit on the bytes a frugal-cuda device's allocator reserves (`None`: none):
+/// beyond it an allocation first reuses cached memory (the free ends of segments, then the
+/// holes between live blocks, unmapped and mapped again where the request fits) and reserves
+/// more only when that is not enough. It never makes an allocation fail; after it was passed
+/// it rises to what was reserved. [`set_budget`] sets it to the budget plus
+/// [`RESERVE_HEADROOM`]; call this after it to choose another. Returns whether `device` is a
+/// frugal-cuda device (elsewhere it does nothing).
+pub fn set_growth_limit<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) -> bool {
+    runtime::set_growth_limit(device, bytes)
 }
 
 /// Limits the host memory that the budget's offloads on `device` may hold to `bytes` (`None`:

@@ -254,6 +254,11 @@ pub struct TrainArgs {
     /// as if the GPU had that much memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory_cap: Option<u64>,
+    /// With --device frugal-cuda: reserve memory beyond SIZE only when reusing what the
+    /// allocator holds (giving back and mapping again the holes between live tensors) is not
+    /// enough. Default under --budget: the budget plus 1/8.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub growth_limit: Option<u64>,
     /// With --device frugal-cuda: run without Burn's fusion (`frugal_cuda::FrugalCudaUnfused`).
     /// Then, when the allocator cannot grow, the budget drops tensors it can recompute from
     /// inside the allocation and the allocation is retried, instead of failing the step.
@@ -307,12 +312,22 @@ impl TrainArgs {
                 );
             }
         }
+        let device = || {
+            self.device
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_string())
+        };
         if self.memory_cap.is_some() && self.device != DeviceKind::FrugalCuda {
             return Err(format!(
                 "--memory-cap caps frugal-cuda's allocator: it needs --device frugal-cuda, not {}",
-                self.device
-                    .to_possible_value()
-                    .map_or_else(String::new, |v| v.get_name().to_string())
+                device()
+            ));
+        }
+        if self.growth_limit.is_some() && self.device != DeviceKind::FrugalCuda {
+            return Err(format!(
+                "--growth-limit steers frugal-cuda's allocator: it needs --device frugal-cuda, \
+                 not {}",
+                device()
             ));
         }
         if self.no_fusion && self.device != DeviceKind::FrugalCuda {
@@ -348,6 +363,7 @@ impl TrainArgs {
             scope_keeps_products: false,
             no_plan: false,
             no_segments: self.no_segments,
+            growth_limit: self.growth_limit,
         }
     }
 }

@@ -234,19 +234,35 @@ pub fn halved_micro_batch(batch: usize, micro_batches: usize) -> Option<usize> {
     (rows >= 2 && rows.is_multiple_of(2)).then_some(micro_batches * 2)
 }
 
-/// frugal-cuda's allocator peaks on `device`: peak allocated and peak reserved bytes, and its
-/// cap; `None` on other devices.
-pub fn allocator_peaks<D: 'static>(device: &D) -> Option<(u64, u64, Option<u64>)> {
+/// What frugal-cuda's allocator says about its peaks and limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatorPeaks {
+    /// Peak bytes in live blocks.
+    pub allocated: u64,
+    /// Peak bytes reserved from the device.
+    pub reserved: u64,
+    /// The hard cap on reserved bytes (`--memory-cap`).
+    pub cap: Option<u64>,
+    /// The growth limit now (it rises when passed).
+    pub growth_limit: Option<u64>,
+    /// Allocations that reserved beyond the growth limit.
+    pub growth_limit_passes: u64,
+}
+
+/// frugal-cuda's allocator peaks on `device`; `None` on other devices.
+pub fn allocator_peaks<D: 'static>(device: &D) -> Option<AllocatorPeaks> {
     #[cfg(feature = "frugal-cuda")]
     if let Some(device) =
         (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
     {
         let stats = frugal_cuda::memory_report(device).stats;
-        return Some((
-            stats.peak_allocated_bytes,
-            stats.peak_reserved_bytes,
-            stats.cap,
-        ));
+        return Some(AllocatorPeaks {
+            allocated: stats.peak_allocated_bytes,
+            reserved: stats.peak_reserved_bytes,
+            cap: stats.cap,
+            growth_limit: stats.growth_limit,
+            growth_limit_passes: stats.growth_limit_passes,
+        });
     }
     let _ = device;
     None
@@ -255,12 +271,14 @@ pub fn allocator_peaks<D: 'static>(device: &D) -> Option<(u64, u64, Option<u64>)
 /// What the device's own pool says, for a failure message: reserved and in-use bytes, and on
 /// frugal-cuda its allocator's exact peak.
 fn device_figures<D: 'static>(device: &D) -> String {
-    if let Some((allocated, reserved, cap)) = allocator_peaks(device) {
+    if let Some(peaks) = allocator_peaks(device) {
         return format!(
             "\n  the device (frugal-cuda): peak allocated {}, peak reserved {}{}",
-            format_bytes(allocated),
-            format_bytes(reserved),
-            cap.map(|cap| format!(" (--memory-cap {})", format_bytes(cap)))
+            format_bytes(peaks.allocated),
+            format_bytes(peaks.reserved),
+            peaks
+                .cap
+                .map(|cap| format!(" (--memory-cap {})", format_bytes(cap)))
                 .unwrap_or_default()
         );
     }

@@ -32,6 +32,9 @@ pub struct MemorySettings {
     /// The type the budget may keep evicted f32 tensors in on the device (`None`: no
     /// compression).
     pub storage: Option<LowPrecision>,
+    /// On frugal-cuda: the reserved bytes beyond which its allocator reuses cached memory
+    /// first (`None`: what the budget sets, [`frugal::memory::set_growth_limit`]).
+    pub growth_limit: Option<u64>,
 }
 
 /// A setting the device refused: its backend cannot compute in or store the asked type.
@@ -92,6 +95,9 @@ impl MemorySettings {
     {
         memory::set_policy(device, self.policy());
         memory::set_budget(device, self.budget);
+        if self.growth_limit.is_some() {
+            memory::set_growth_limit(device, self.growth_limit);
+        }
         let applied = Applied(device.clone());
         frugal::set_autocast::<B>(device, self.autocast_policy())
             .map_err(SettingsError::Autocast)?;
@@ -132,6 +138,7 @@ mod tests {
             autocast: Some(LowPrecision::BF16),
             low_outputs: true,
             storage: Some(LowPrecision::F16),
+            growth_limit: Some(4 << 20),
         };
         let applied = settings.apply::<Flex>(&device).unwrap();
         assert_eq!(memory::budget(&device), Some(3 << 20));

@@ -216,14 +216,25 @@ pub fn print_summary<D: DeviceOps + 'static>(
         );
     }
     println!("{}", memory::report(device));
-    if let Some((allocated, reserved, _)) = crate::diagnostics::allocator_peaks(device) {
+    if let Some(peaks) = crate::diagnostics::allocator_peaks(device) {
+        let (allocated, reserved) = (peaks.allocated, peaks.reserved);
         let share = args
             .budget
             .map(|budget| format!(" ({:.3}x the budget)", reserved as f64 / budget as f64))
             .unwrap_or_default();
+        let growth = peaks
+            .growth_limit
+            .map(|limit| {
+                format!(
+                    "; growth limit {} ({limit} B), passed {} times",
+                    format_bytes(limit),
+                    peaks.growth_limit_passes
+                )
+            })
+            .unwrap_or_default();
         println!(
             "frugal-cuda's allocator: peak allocated {} ({allocated} B), peak reserved {} \
-             ({reserved} B){share}",
+             ({reserved} B){share}{growth}",
             format_bytes(allocated),
             format_bytes(reserved)
         );

@@ -73,6 +73,15 @@ enum GrowError {
     Device(DeviceError),
 }
 
+/// The limit a growth of reserved memory is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ceiling {
+    /// The hard cap only.
+    Cap,
+    /// The growth limit as well (the lower of the two).
+    GrowthLimit,
+}
+
 fn grow_error(e: DeviceError) -> GrowError {
     match e {
         DeviceError::OutOfMemory { .. } => GrowError::DeviceOom,
@@ -124,6 +133,9 @@ pub struct CachingAllocator<D: DeviceMemory> {
     next_segment: u64,
     next_block: u64,
     cap: Option<u64>,
+    /// Reserved bytes beyond which cached memory is reused first (see
+    /// [`Self::set_growth_limit`]); raised to what had to be reserved when that was not enough.
+    growth_limit: Option<u64>,
     handler: Option<OomHandler>,
     queue: FreeQueue,
     /// Counters and gauges kept up to date incrementally; the fields computed on demand
@@ -180,6 +192,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             next_segment: 0,
             next_block: 0,
             cap: config.cap,
+            growth_limit: None,
             handler: None,
             queue: FreeQueue::default(),
             st: Stats::default(),
@@ -232,6 +245,22 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(())
     }
 
+    /// The current growth limit (see [`Self::set_growth_limit`]).
+    pub fn growth_limit(&self) -> Option<u64> {
+        self.growth_limit
+    }
+
+    /// Sets a soft limit on reserved bytes (`None`: none). An allocation that would take
+    /// reserved memory beyond it first climbs the ladder as if it were the cap (cached segment
+    /// ends given back, other pools, the holes between live blocks unmapped and mapped again
+    /// where the request fits) and only then grows past it, never failing for it. After such a
+    /// growth the limit rises to the bytes reserved, so that the same shortfall does not make
+    /// every later allocation give memory back and map it again. Unlike the cap, it never
+    /// makes an allocation fail and never calls the out-of-memory handler.
+    pub fn set_growth_limit(&mut self, limit: Option<u64>) {
+        self.growth_limit = limit;
+    }
+
     /// Installs the out-of-memory handler (see [`OomHandler`]), replacing any previous one.
     pub fn set_oom_handler(&mut self, handler: impl FnMut(&OomInfo) -> bool + Send + 'static) {
         self.handler = Some(Box::new(handler));
@@ -259,8 +288,19 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// 6. the out-of-memory handler, if one is installed and frees something: queued frees
     ///    applied, then rungs 1, 5 (releasing unconditionally), 4 and 2 once more;
     /// 7. [`AllocError::OutOfMemory`], naming the rung's reason (cap or device).
+    ///
+    /// Under a growth limit ([`Self::set_growth_limit`]), rungs 2 to 5 are first climbed with
+    /// the limit in place of the cap, then once more with the cap.
     pub fn alloc(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
+        let reserved_before = self.st.reserved_bytes;
         let result = self.climb(size);
+        if let Some(limit) = self.growth_limit
+            && result.is_ok()
+            && self.st.reserved_bytes > reserved_before.max(limit)
+        {
+            self.st.growth_limit_passes += 1;
+            self.growth_limit = Some(self.st.reserved_bytes);
+        }
         if let Some(trace) = &mut self.trace {
             match &result {
                 Ok(handle) => trace.push(alloc_event(handle, size)),
@@ -292,26 +332,16 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if let Some(handle) = self.alloc_from_cache(pool, rounded) {
             return Ok(handle);
         }
-        if let Some(handle) = self.try_grow(pool, rounded, &mut reason)? {
-            return Ok(handle);
-        }
-        // Memory cached in unused segments (of either pool) may be what is missing.
-        if self.release(Release::Ends)? > 0
-            && let Some(handle) = self.try_grow(pool, rounded, &mut reason)?
-        {
-            return Ok(handle);
-        }
-        // Free memory of the other pools (a hole in a huge segment, a large block for a small
-        // request) is better than failing: pools separate sizes to limit fragmentation, not
-        // to refuse memory that is there.
-        if let Some(handle) = self.alloc_from_any_pool(rounded) {
-            return Ok(handle);
-        }
-        // Holes between live blocks, each too small, may together hold the request.
-        if self.release(Release::Holes)? > 0
-            && let Some(handle) = self.try_grow(pool, rounded, &mut reason)?
-        {
-            return Ok(handle);
+        // Under a growth limit the ladder is climbed twice: first with the limit as the
+        // ceiling, so that cached memory is reused before more is reserved, then with the cap.
+        let ceilings: &[Ceiling] = match self.growth_limit {
+            Some(_) => &[Ceiling::GrowthLimit, Ceiling::Cap],
+            None => &[Ceiling::Cap],
+        };
+        for &ceiling in ceilings {
+            if let Some(handle) = self.climb_to(pool, rounded, ceiling, &mut reason)? {
+                return Ok(handle);
+            }
         }
         if self.ask_oom_handler(size, rounded, pool, reason) {
             self.flush();
@@ -322,7 +352,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             if let Some(handle) = self.alloc_from_any_pool(rounded) {
                 return Ok(handle);
             }
-            if let Some(handle) = self.try_grow(pool, rounded, &mut reason)? {
+            if let Some(handle) = self.try_grow(pool, rounded, Ceiling::Cap, &mut reason)? {
                 return Ok(handle);
             }
         }
@@ -345,15 +375,64 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         })
     }
 
-    /// Rungs 2 and 3 of [`Self::alloc`]: a new segment, or `None` with `reason` set to what
-    /// refused it.
+    /// Rungs 2 to 5 of [`Self::alloc`], with reserved bytes kept within `ceiling`.
+    fn climb_to(
+        &mut self,
+        pool: Pool,
+        rounded: u64,
+        ceiling: Ceiling,
+        reason: &mut OomReason,
+    ) -> Result<Option<BlockHandle>, AllocError> {
+        if let Some(handle) = self.try_grow(pool, rounded, ceiling, reason)? {
+            return Ok(Some(handle));
+        }
+        // Under the growth limit, memory already reserved is used first, and only what the
+        // request lacks is given back: each byte given back is mapped again later, and
+        // giving memory back waits for the device.
+        let enough = match (ceiling, self.growth_limit) {
+            (Ceiling::GrowthLimit, Some(limit)) => {
+                if let Some(handle) = self.alloc_from_any_pool(rounded) {
+                    return Ok(Some(handle));
+                }
+                let mapped = rounded.checked_next_multiple_of(self.granularity.max(1));
+                match mapped.and_then(|m| self.st.reserved_bytes.checked_add(m)) {
+                    Some(wanted) => wanted.saturating_sub(limit).max(1),
+                    None => u64::MAX,
+                }
+            }
+            _ => u64::MAX,
+        };
+        // Memory cached in unused segments (of either pool) may be what is missing.
+        if self.release(Release::Ends, enough)? > 0
+            && let Some(handle) = self.try_grow(pool, rounded, ceiling, reason)?
+        {
+            return Ok(Some(handle));
+        }
+        // Free memory of the other pools (a hole in a huge segment, a large block for a small
+        // request) is better than failing: pools separate sizes to limit fragmentation, not
+        // to refuse memory that is there.
+        if let Some(handle) = self.alloc_from_any_pool(rounded) {
+            return Ok(Some(handle));
+        }
+        // Holes between live blocks, each too small, may together hold the request.
+        if self.release(Release::Holes, enough)? > 0
+            && let Some(handle) = self.try_grow(pool, rounded, ceiling, reason)?
+        {
+            return Ok(Some(handle));
+        }
+        Ok(None)
+    }
+
+    /// A new segment (or a segment's growth) within `ceiling`, or `None` with `reason` set to
+    /// what refused it.
     fn try_grow(
         &mut self,
         pool: Pool,
         rounded: u64,
+        ceiling: Ceiling,
         reason: &mut OomReason,
     ) -> Result<Option<BlockHandle>, AllocError> {
-        match self.grow(pool, rounded) {
+        match self.grow(pool, rounded, ceiling) {
             Ok(handle) => Ok(Some(handle)),
             Err(GrowError::Device(e)) => Err(e.into()),
             Err(GrowError::Cap) => {
@@ -478,15 +557,19 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// the same; unmapping the holes between live blocks is what lets a request larger than
     /// any hole be mapped from their memory.
     pub fn release_cached(&mut self) -> Result<u64, AllocError> {
-        self.release(Release::Holes)
+        self.release(Release::Holes, u64::MAX)
     }
 
     /// [`Self::release_cached`], unmapping only free ends of expandable segments with
     /// [`Release::Ends`].
-    fn release(&mut self, what: Release) -> Result<u64, AllocError> {
+    /// It stops once `enough` bytes are given back.
+    fn release(&mut self, what: Release, enough: u64) -> Result<u64, AllocError> {
         let ids: Vec<u64> = self.segments.keys().copied().collect();
         let mut released = 0;
         for id in ids {
+            if released >= enough {
+                break;
+            }
             let Some(seg) = self.segments.get(&id) else {
                 continue;
             };
@@ -513,7 +596,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                     released += size;
                 }
                 Some(virtual_size) => {
-                    released += self.unmap_free_granules(id, what)?;
+                    released += self.unmap_free_granules(id, what, enough - released)?;
                     if let Some(seg) = self.segments.get(&id)
                         && seg.mapped == 0
                     {
@@ -535,8 +618,14 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// Unmaps every whole granule inside the free blocks of expandable segment `id` (only its
     /// last block with [`Release::Ends`]), keeping the parts of those blocks that share a
-    /// granule with a live block. Returns the bytes unmapped.
-    fn unmap_free_granules(&mut self, id: u64, what: Release) -> Result<u64, AllocError> {
+    /// granule with a live block, and stopping once `enough` bytes are unmapped (a block's
+    /// last granules go first). Returns the bytes unmapped.
+    fn unmap_free_granules(
+        &mut self,
+        id: u64,
+        what: Release,
+        enough: u64,
+    ) -> Result<u64, AllocError> {
         let g = self.granularity;
         let Some(seg) = self.segments.get(&id) else {
             return Ok(0);
@@ -553,11 +642,18 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .collect();
         let mut released = 0;
         for (offset, size) in free_blocks {
-            let start = offset.next_multiple_of(g);
+            if released >= enough {
+                break;
+            }
             let end = (offset + size) / g * g;
-            if start >= end {
+            let whole = offset.next_multiple_of(g);
+            if whole >= end {
                 continue;
             }
+            let wanted = (enough - released)
+                .checked_next_multiple_of(g)
+                .unwrap_or(u64::MAX);
+            let start = whole.max(end.saturating_sub(wanted));
             self.device.unmap(base, start, end - start)?;
             if let Some(trace) = &mut self.trace {
                 trace.push(TraceEvent::SegmentUnmap {
@@ -613,6 +709,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .max(self.largest_free(Pool::Large))
             .max(self.largest_free(Pool::Huge));
         st.cap = self.cap;
+        st.growth_limit = self.growth_limit;
         st
     }
 
@@ -699,9 +796,16 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.st.free_bytes += bytes;
     }
 
-    /// Fails with [`GrowError::Cap`] if reserving `extra` more bytes would exceed the cap.
-    fn check_cap(&self, extra: u64) -> Result<(), GrowError> {
-        match self.cap {
+    /// Fails with [`GrowError::Cap`] if reserving `extra` more bytes would exceed `ceiling`.
+    fn check_cap(&self, extra: u64, ceiling: Ceiling) -> Result<(), GrowError> {
+        let limit = match ceiling {
+            Ceiling::Cap => self.cap,
+            Ceiling::GrowthLimit => match (self.cap, self.growth_limit) {
+                (Some(cap), Some(limit)) => Some(cap.min(limit)),
+                (cap, limit) => cap.or(limit),
+            },
+        };
+        match limit {
             Some(cap)
                 if self
                     .st
@@ -873,12 +977,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     /// Gets memory from the device for a request no cached block fits, and allocates it.
-    fn grow(&mut self, pool: Pool, rounded: u64) -> Result<BlockHandle, GrowError> {
+    fn grow(
+        &mut self,
+        pool: Pool,
+        rounded: u64,
+        ceiling: Ceiling,
+    ) -> Result<BlockHandle, GrowError> {
         if pool != Pool::Small && self.expandable {
-            return self.grow_expandable(pool, rounded);
+            return self.grow_expandable(pool, rounded, ceiling);
         }
         let size = plain_segment_size(rounded).ok_or(GrowError::DeviceOom)?;
-        self.check_cap(size)?;
+        self.check_cap(size, ceiling)?;
         let base = self.device.alloc(size).map_err(grow_error)?;
         let id = self.new_segment(pool, base, None, size);
         Ok(self.take((size, id, 0), rounded))
@@ -887,7 +996,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// Maps granules into an expandable segment of `pool` where the fewest are needed: an
     /// unmapped gap or the unmapped end of its range, counting the free blocks that touch it
     /// (with which the new memory merges). If no segment has room, makes a new one.
-    fn grow_expandable(&mut self, pool: Pool, rounded: u64) -> Result<BlockHandle, GrowError> {
+    fn grow_expandable(
+        &mut self,
+        pool: Pool,
+        rounded: u64,
+        ceiling: Ceiling,
+    ) -> Result<BlockHandle, GrowError> {
         let g = self.granularity;
         // (growth, segment, where to map)
         let mut best: Option<(u64, u64, u64)> = None;
@@ -905,7 +1019,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
         }
         if let Some((growth, id, at)) = best {
-            self.check_cap(growth)?;
+            self.check_cap(growth, ceiling)?;
             let Some(seg) = self.segments.get(&id) else {
                 return Err(GrowError::DeviceOom);
             };
@@ -928,7 +1042,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .checked_next_multiple_of(g)
             .ok_or(GrowError::DeviceOom)?;
         let virtual_size = self.virtual_size.max(mapped);
-        self.check_cap(mapped)?;
+        self.check_cap(mapped, ceiling)?;
         let base = self.device.reserve(virtual_size).map_err(grow_error)?;
         if let Err(e) = self.device.map(base, 0, mapped) {
             // Nothing is mapped: giving the range back cannot leave memory behind, and a

@@ -55,6 +55,12 @@ pub struct Stats {
     pub rejected_queued_frees: u64,
     /// The cap at the time, if any.
     pub cap: Option<u64>,
+    /// The growth limit at the time, if any (see
+    /// [`super::CachingAllocator::set_growth_limit`]).
+    pub growth_limit: Option<u64>,
+    /// Allocations that reserved memory beyond the growth limit after reusing cached memory
+    /// could not serve them.
+    pub growth_limit_passes: u64,
 }
 
 impl Stats {

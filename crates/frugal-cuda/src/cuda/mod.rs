@@ -233,6 +233,15 @@ pub fn set_memory_cap(device: &FrugalCudaDevice, cap: Option<u64>) -> Result<(),
     apply(device, ControlRequest::Cap(cap))
 }
 
+/// Sets the soft limit on bytes reserved from the device (`None`: none): beyond it an
+/// allocation first reuses cached memory (giving back segment ends and the holes between live
+/// blocks, then mapping the request) and reserves more only when that is not enough, never
+/// failing for it (see `CachingAllocator::set_growth_limit`). Frugal's memory budget sets it
+/// on a frugal-cuda device.
+pub fn set_growth_limit(device: &FrugalCudaDevice, limit: Option<u64>) {
+    let _ = apply(device, ControlRequest::GrowthLimit(limit));
+}
+
 /// Installs the handler called, on the server's thread, when an allocation finds no memory
 /// after releasing cached segments; if it returns `true` (it freed tensors) the allocation is
 /// tried again. It must not launch work on this device (the server is busy with the failing

@@ -111,6 +111,7 @@ impl drop_queue::Fence for Fence {
 /// A change asked for from outside the server, applied at its next allocation or usage query.
 pub(crate) enum ControlRequest {
     Cap(Option<u64>),
+    GrowthLimit(Option<u64>),
     OomHandler(Box<dyn FnMut(&OomInfo) -> bool + Send>),
     ClearOomHandler,
     ResetPeaks,
@@ -275,6 +276,10 @@ impl FrugalCudaServer {
         for request in requests {
             let result = match request {
                 ControlRequest::Cap(cap) => self.memory.set_cap(cap),
+                ControlRequest::GrowthLimit(limit) => {
+                    self.memory.set_growth_limit(limit);
+                    Ok(())
+                }
                 ControlRequest::OomHandler(handler) => {
                     self.memory.set_oom_handler(handler);
                     Ok(())

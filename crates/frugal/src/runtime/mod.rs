@@ -5,8 +5,8 @@
 //! Owns: the runtime list ([`each_runtime!`]), [`pool_usage`], [`device_memory`] (the
 //! driver's free and total bytes, for an automatic budget), [`allocator_view`] (frugal-cuda's
 //! segments, blocks and allocator trace, for the memory_viz file), the host's available
-//! memory ([`available_host_memory`], which bounds offloads) and frugal-cuda's out-of-memory
-//! handler as the budget installs it (`oom_rescue.rs`). Imports nothing from the
+//! memory ([`available_host_memory`], which bounds offloads), and frugal-cuda's out-of-memory
+//! handler and growth limit as the budget sets them (`oom_rescue.rs`, `growth_limit.rs`). Imports nothing from the
 //! crate. Reading a pool is a blocking round trip to the device server, so it is done only
 //! when a report asks for it, never per op.
 
@@ -14,12 +14,14 @@ use serde::Serialize;
 
 mod allocator_view;
 mod device_memory;
+mod growth_limit;
 mod host_memory;
 mod oom_rescue;
 pub use allocator_view::{
     AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView, allocator_view,
 };
 pub use device_memory::{DeviceMemory, device_memory};
+pub(crate) use growth_limit::set_growth_limit;
 pub use host_memory::available_host_memory;
 pub(crate) use oom_rescue::{OomRescue, drop_frees_at_once, set_oom_rescue};
 
