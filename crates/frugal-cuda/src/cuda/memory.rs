@@ -1,7 +1,7 @@
 //! Device memory from the CUDA driver: the [`DeviceMemory`] the caching allocator runs on, and
 //! page-locked host memory for transfers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 
 use cubecl_common::backtrace::BackTrace;
@@ -10,8 +10,8 @@ use cubecl_runtime::memory_management::ManagedMemoryBinding;
 use cubecl_runtime::server::IoError;
 use cubecl_runtime::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
 use cudarc::driver::sys::{
-    self, CUdevice, CUdeviceptr, CUmemAccessDesc, CUmemAllocationProp,
-    CUmemGenericAllocationHandle, CUmemLocation, CUresult,
+    self, CUdevice, CUdeviceptr, CUevent, CUmemAccessDesc, CUmemAllocationProp,
+    CUmemGenericAllocationHandle, CUmemLocation, CUresult, CUstream,
 };
 
 use crate::allocator::{DeviceError, DeviceMemory};
@@ -44,8 +44,14 @@ fn device_location(ordinal: i32) -> CUmemLocation {
 /// granule, as PyTorch does, so any granule-aligned part of a mapping can be unmapped).
 ///
 /// Memory is only returned to the driver for blocks no tensor holds, but kernels queued before
-/// the last free may still read it, so `free` and `unmap` synchronise the context first (they
-/// are rare: cache release, cap changes and out-of-memory retries).
+/// the last free may still read it. `free` synchronises the context first (it is rare). An
+/// unmapped granule, once the stream is known ([`Self::set_stream`]), is *retired* instead: it
+/// stays mapped at its old address until an event recorded on the stream at the unmap has
+/// passed, and meanwhile its physical memory backs the next granule mapped elsewhere. Work on
+/// the one stream runs in order, so the new mapping is only written after every kernel that
+/// used the old one, as when a freed block is reused; and no `unmap` waits for the device.
+/// Giving back memory to map it elsewhere, which a growth limit does every step, then costs
+/// no synchronisation and no new physical allocation.
 #[derive(Debug)]
 pub struct CudaDeviceMemory {
     ordinal: i32,
@@ -54,6 +60,27 @@ pub struct CudaDeviceMemory {
     granularity: u64,
     /// Physical allocation handle of each mapped granule, by device address.
     granules: HashMap<CUdeviceptr, CUmemGenericAllocationHandle>,
+    /// The stream kernels run on, on which retirements are fenced (`None`: unmaps
+    /// synchronise).
+    stream: Option<CUstream>,
+    /// Granules unmapped by the allocator but still mapped in the driver, oldest first.
+    retired: VecDeque<Retirement>,
+}
+
+/// Granules one `unmap` retired, and the event after which nothing reads them.
+#[derive(Debug)]
+struct Retirement {
+    event: CUevent,
+    granules: Vec<RetiredGranule>,
+}
+
+/// A granule still mapped at `address`, whose physical memory may already back another.
+#[derive(Debug)]
+struct RetiredGranule {
+    address: CUdeviceptr,
+    handle: CUmemGenericAllocationHandle,
+    /// Its physical memory now backs another granule (it must not be released).
+    reused: bool,
 }
 
 // SAFETY: handles and addresses are plain integers owned by this value; the server that owns it
@@ -85,6 +112,8 @@ impl CudaDeviceMemory {
             vmm,
             granularity: 2 << 20,
             granules: HashMap::new(),
+            stream: None,
+            retired: VecDeque::new(),
         };
         if vmm {
             let prop = memory.allocation_prop();
@@ -116,6 +145,98 @@ impl CudaDeviceMemory {
     fn synchronize(&self) -> Result<(), DeviceError> {
         // SAFETY: the device's context is current on the server's thread.
         check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize", 0)
+    }
+
+    /// The stream all of this device's kernels and copies run on: from then on unmapped
+    /// granules are retired behind an event on it instead of synchronising the device.
+    pub fn set_stream(&mut self, stream: CUstream) {
+        self.stream = Some(stream);
+    }
+
+    /// Unmaps the retired granules whose event has passed (all of them, waiting, with
+    /// `wait`), releasing the physical memory of those not reused.
+    fn collect_retired(&mut self, wait: bool) -> Result<(), DeviceError> {
+        while let Some(front) = self.retired.front() {
+            // SAFETY: the event was created and recorded by `unmap` and not destroyed yet.
+            let result = unsafe {
+                if wait {
+                    sys::cuEventSynchronize(front.event)
+                } else {
+                    sys::cuEventQuery(front.event)
+                }
+            };
+            match result {
+                CUresult::CUDA_SUCCESS => {}
+                CUresult::CUDA_ERROR_NOT_READY => return Ok(()),
+                other => check(other, "cuEventQuery", 0)?,
+            }
+            let Some(retirement) = self.retired.pop_front() else {
+                break;
+            };
+            // SAFETY: the event passed: nothing queued before the unmap reads these granules.
+            unsafe {
+                let _ = sys::cuEventDestroy_v2(retirement.event);
+                for granule in retirement.granules {
+                    check(
+                        sys::cuMemUnmap(granule.address, self.granularity as usize),
+                        "cuMemUnmap",
+                        0,
+                    )?;
+                    if !granule.reused {
+                        check(sys::cuMemRelease(granule.handle), "cuMemRelease", 0)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A physical granule for `address`: the one still retired there if its memory is free
+    /// (`true`: it is mapped already), else a retired granule's memory not reused yet, else a
+    /// new one (`cuMemCreate`, after waiting for the retired granules if the device is full).
+    fn granule_for(
+        &mut self,
+        address: CUdeviceptr,
+        requested: u64,
+    ) -> Result<(CUmemGenericAllocationHandle, bool), DeviceError> {
+        let here = self
+            .retired
+            .iter()
+            .position(|r| r.granules.iter().any(|g| g.address == address && !g.reused));
+        if let Some(at) = here {
+            let granules = &mut self.retired[at].granules;
+            let index = granules
+                .iter()
+                .position(|g| g.address == address && !g.reused)
+                .unwrap_or(0);
+            return Ok((granules.swap_remove(index).handle, true));
+        }
+        // The address is still mapped to memory that now backs another granule: unmap it.
+        if self
+            .retired
+            .iter()
+            .any(|r| r.granules.iter().any(|g| g.address == address))
+        {
+            self.collect_retired(true)?;
+        }
+        for retirement in self.retired.iter_mut() {
+            if let Some(granule) = retirement.granules.iter_mut().find(|g| !g.reused) {
+                granule.reused = true;
+                return Ok((granule.handle, false));
+            }
+        }
+        let prop = self.allocation_prop();
+        let mut handle: CUmemGenericAllocationHandle = 0;
+        // SAFETY: `prop` is valid; writes one handle on success.
+        let mut result =
+            unsafe { sys::cuMemCreate(&mut handle, self.granularity as usize, &prop, 0) };
+        if result == CUresult::CUDA_ERROR_OUT_OF_MEMORY && !self.retired.is_empty() {
+            self.collect_retired(true)?;
+            // SAFETY: as above.
+            result = unsafe { sys::cuMemCreate(&mut handle, self.granularity as usize, &prop, 0) };
+        }
+        check(result, "cuMemCreate", requested)?;
+        Ok((handle, false))
     }
 }
 
@@ -163,6 +284,13 @@ impl DeviceMemory for CudaDeviceMemory {
     }
 
     fn release(&mut self, base: u64, size: u64) -> Result<(), DeviceError> {
+        if self.retired.iter().any(|r| {
+            r.granules
+                .iter()
+                .any(|g| (base..base + size).contains(&g.address))
+        }) {
+            self.collect_retired(true)?;
+        }
         // SAFETY: the whole reservation was unmapped by the allocator before.
         check(
             unsafe { sys::cuMemAddressFree(base, size as usize) },
@@ -172,36 +300,37 @@ impl DeviceMemory for CudaDeviceMemory {
     }
 
     fn map(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
-        let prop = self.allocation_prop();
+        self.collect_retired(false)?;
         let start = base + offset;
         let mut mapped = 0u64;
         let mut failure = None;
         while mapped < size {
             let address = start + mapped;
-            let mut handle: CUmemGenericAllocationHandle = 0;
-            // SAFETY: `prop` is valid; the granule range lies inside a reservation of ours and
-            // is not mapped yet (the allocator's contract).
-            let result = unsafe {
-                check(
-                    sys::cuMemCreate(&mut handle, self.granularity as usize, &prop, 0),
-                    "cuMemCreate",
-                    size,
-                )
-                .and_then(|()| {
-                    let mapped = check(
-                        sys::cuMemMap(address, self.granularity as usize, 0, handle, 0),
-                        "cuMemMap",
-                        size,
-                    );
-                    if mapped.is_err() {
-                        sys::cuMemRelease(handle);
-                    }
-                    mapped
-                })
+            let (handle, in_place) = match self.granule_for(address, size) {
+                Ok(granule) => granule,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             };
-            if let Err(e) = result {
-                failure = Some(e);
-                break;
+            if !in_place {
+                // SAFETY: the granule range lies inside a reservation of ours and is not
+                // mapped (the allocator's contract, and `granule_for` unmapped a retired one).
+                let result =
+                    unsafe { sys::cuMemMap(address, self.granularity as usize, 0, handle, 0) };
+                if let Err(e) = check(result, "cuMemMap", size) {
+                    // A handle that backs nothing else goes back to the driver.
+                    let shared = self
+                        .retired
+                        .iter()
+                        .any(|r| r.granules.iter().any(|g| g.handle == handle));
+                    if !shared {
+                        // SAFETY: the handle is ours and mapped nowhere.
+                        unsafe { sys::cuMemRelease(handle) };
+                    }
+                    failure = Some(e);
+                    break;
+                }
             }
             self.granules.insert(address, handle);
             mapped += self.granularity;
@@ -230,12 +359,40 @@ impl DeviceMemory for CudaDeviceMemory {
     }
 
     fn unmap(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
-        self.synchronize()?;
+        self.collect_retired(false)?;
         let start = base + offset;
+        let addresses = (start..start + size).step_by(self.granularity as usize);
+        if let Some(stream) = self.stream {
+            let mut event: CUevent = std::ptr::null_mut();
+            // SAFETY: creates and records one event on the server's live stream.
+            unsafe {
+                check(
+                    sys::cuEventCreate(
+                        &mut event,
+                        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+                    ),
+                    "cuEventCreate",
+                    0,
+                )?;
+                check(sys::cuEventRecord(event, stream), "cuEventRecord", 0)?;
+            }
+            let granules = addresses
+                .filter_map(|address| {
+                    let handle = self.granules.remove(&address)?;
+                    Some(RetiredGranule {
+                        address,
+                        handle,
+                        reused: false,
+                    })
+                })
+                .collect();
+            self.retired.push_back(Retirement { event, granules });
+            return Ok(());
+        }
+        self.synchronize()?;
         // One granule at a time: `cuMemUnmap` takes whole ranges of one `cuMemMap`, and each
         // granule was mapped on its own.
-        let mut address = start;
-        while address < start + size {
+        for address in addresses {
             // SAFETY: the granule is mapped by `map` and holds no live block.
             check(
                 unsafe { sys::cuMemUnmap(address, self.granularity as usize) },
@@ -246,7 +403,6 @@ impl DeviceMemory for CudaDeviceMemory {
                 // SAFETY: the granule's mapping is gone; releasing frees its memory.
                 check(unsafe { sys::cuMemRelease(handle) }, "cuMemRelease", 0)?;
             }
-            address += self.granularity;
         }
         Ok(())
     }

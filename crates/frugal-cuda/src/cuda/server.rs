@@ -221,7 +221,7 @@ fn unhealthy(errors: Vec<ServerError>) -> ServerError {
 impl FrugalCudaServer {
     pub(crate) fn new(
         ctx: KernelContext,
-        memory: HandleRegistry<CudaDeviceMemory>,
+        mut memory: HandleRegistry<CudaDeviceMemory>,
         mem_props: &MemoryDeviceProperties,
         control: Arc<MemoryControl>,
         utilities: ServerUtilities<Self>,
@@ -231,6 +231,11 @@ impl FrugalCudaServer {
             cudarc::driver::result::stream::StreamKind::NonBlocking,
         )
         .expect("frugal-cuda: cannot create a CUDA stream");
+        memory
+            .storage()
+            .allocator_mut()
+            .device_mut()
+            .set_stream(stream);
         let pinned = MemoryManagement::from_configuration(
             PinnedStorage::default(),
             &MemoryDeviceProperties {
