@@ -836,8 +836,8 @@ macro_rules! to_device {
                 let (inner, storage) = tensor.split_view();
                 let out = B::$name(inner, device);
                 return if target.managing() {
-                    $crate::tensor::FrugalTensor::managed::<B, $crate::remat::$kind>(
-                        out, storage, None, 0.0,
+                    $crate::tensor::FrugalTensor::managed_alias::<B, $crate::remat::$kind>(
+                        out, storage, id,
                     )
                 } else {
                     $crate::tensor::FrugalTensor::plain(out, storage)

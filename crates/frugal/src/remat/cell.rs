@@ -172,11 +172,26 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         recipe: Option<Recipe<K::Prim>>,
         cost: f64,
     ) -> Arc<Self> {
+        let op = storage.op;
+        Self::create_made_by(tensor, storage, recipe, cost, op)
+    }
+
+    /// [`Self::create`] for a cell that `made_by` made over a storage another op allocated:
+    /// the step plan knows it by `made_by`, so that the same call in two steps is the same
+    /// tensor to it whichever op made the buffer (AdamW's moments, moved "to" their own
+    /// device every step, were made by another op in the first step than in later ones).
+    pub(crate) fn create_made_by(
+        tensor: K::Prim,
+        storage: Arc<Storage>,
+        recipe: Option<Recipe<K::Prim>>,
+        cost: f64,
+        made_by: crate::op::OpId,
+    ) -> Arc<Self> {
         let state = storage.state;
         let shape = tensor.shape();
         let owner = Some(storage.plan_owner.load(Relaxed)).filter(|&o| o != NO_OWNER);
         let made = Made {
-            token: token(storage.op, &shape, tensor.dtype()),
+            token: token(made_by, &shape, tensor.dtype()),
             op: storage.op,
             bytes: storage.bytes,
             live: state.ledger.live_bytes(),

@@ -66,6 +66,19 @@ impl<P: TensorMetadata + 'static> FrugalTensor<P> {
             repr: Repr::Managed(Arc::new(Handle { cell })),
         }
     }
+
+    /// A managed tensor over a new cell without a recipe, that `made_by` made over a buffer
+    /// it shares (see [`Cell::create_made_by`]).
+    pub(crate) fn managed_alias<B: Backend, K: Kind<B, Prim = P>>(
+        inner: P,
+        storage: Arc<Storage>,
+        made_by: crate::op::OpId,
+    ) -> Self {
+        let cell = Cell::<B, K>::create_made_by(inner, storage, None, 0.0, made_by);
+        Self {
+            repr: Repr::Managed(Arc::new(Handle { cell })),
+        }
+    }
 }
 
 impl<P: Clone + 'static> FrugalTensor<P> {

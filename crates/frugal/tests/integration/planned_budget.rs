@@ -212,6 +212,20 @@ fn a_learned_step_replays_with_the_same_bits_and_choices_as_no_budget() {
 }
 
 #[test]
+fn the_step_is_learned_by_the_end_of_the_third_step_although_the_first_differs() {
+    let _serial = lock();
+    // Adam's first step makes its moments with other ops than later steps, and from then on
+    // moves them "to" their device at every step: the second and third steps are the first
+    // two alike, so the step can be known once the third ends, and planned from the fourth.
+    let rows = [64; 5];
+    let (base, peak, _) = unconstrained(&rows);
+    let planned = train(&rows, |_| Some(base + peak / 3));
+    let periods: Vec<u64> = planned.per_step.iter().map(|s| s.plan_period).collect();
+    assert!(periods[2] > 0, "no step learned in three steps: {periods:?}");
+    assert_eq!(periods[2], periods[4], "{periods:?}");
+}
+
+#[test]
 fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
     let _serial = lock();
     let rows = [64; 10];
