@@ -221,7 +221,10 @@ fn the_step_is_learned_by_the_end_of_the_third_step_although_the_first_differs()
     let (base, peak, _) = unconstrained(&rows);
     let planned = train(&rows, |_| Some(base + peak / 3));
     let periods: Vec<u64> = planned.per_step.iter().map(|s| s.plan_period).collect();
-    assert!(periods[2] > 0, "no step learned in three steps: {periods:?}");
+    assert!(
+        periods[2] > 0,
+        "no step learned in three steps: {periods:?}"
+    );
     assert_eq!(periods[2], periods[4], "{periods:?}");
 }
 
