@@ -251,9 +251,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     /// Sets a soft limit on reserved bytes (`None`: none). An allocation that would take
-    /// reserved memory beyond it first climbs the ladder as if it were the cap (cached segment
-    /// ends given back, other pools, the holes between live blocks unmapped and mapped again
-    /// where the request fits) and only then grows past it, never failing for it. After such a
+    /// reserved memory beyond it first climbs the ladder as if it were the cap (a free block
+    /// of another pool, then only the granules it lacks given back, from free segment ends and
+    /// then from the holes between live blocks, and mapped again where the request fits) and
+    /// only then grows past it, never failing for it. After such a
     /// growth the limit rises to the bytes reserved, so that the same shortfall does not make
     /// every later allocation give memory back and map it again. Unlike the cap, it never
     /// makes an allocation fail and never calls the out-of-memory handler.
@@ -387,8 +388,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             return Ok(Some(handle));
         }
         // Under the growth limit, memory already reserved is used first, and only what the
-        // request lacks is given back: each byte given back is mapped again later, and
-        // giving memory back waits for the device.
+        // request lacks is given back: each granule given back is mapped again, one driver
+        // call or more each.
         let enough = match (ceiling, self.growth_limit) {
             (Ceiling::GrowthLimit, Some(limit)) => {
                 if let Some(handle) = self.alloc_from_any_pool(rounded) {

@@ -80,7 +80,9 @@ pub trait DeviceMemory {
     fn map(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError>;
 
     /// Unmaps `[base + offset, base + offset + size)` and frees the physical memory behind it
-    /// (`cuMemUnmap` + `cuMemRelease`). The range is granule-aligned and fully mapped.
+    /// (`cuMemUnmap` + `cuMemRelease`). The range is granule-aligned and fully mapped. An
+    /// implementation may do so only once the device has run the work queued before, as long
+    /// as the range can be mapped again at once and the memory serves the next [`Self::map`].
     fn unmap(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError>;
 }
 
