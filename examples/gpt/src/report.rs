@@ -37,6 +37,10 @@ pub struct StepLog {
     /// With `--loss-scale`: the step was skipped (a gradient was inf or NaN).
     #[serde(default)]
     pub skipped: bool,
+    /// Under a budget or scopes: what they did in this step (recomputed, offloaded and
+    /// uploaded bytes, offload waits, eviction rounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remat: Option<RematStats>,
 }
 
 fn one() -> usize {

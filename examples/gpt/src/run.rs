@@ -3,6 +3,7 @@
 //! [`crate::checkpoint`], failure messages in [`crate::diagnostics`], and what it prints and
 //! writes in [`crate::report`].
 
+use std::cell::RefCell;
 use std::time::Instant;
 
 use burn::module::Module;
@@ -171,6 +172,7 @@ pub fn train_observed<B: Backend>(
     let bar = report::progress_bar(&args, first);
     let mut micro_batches = args.accumulate;
     let mut recovered = 0u32;
+    let mut step_start = memory::remat_stats(&device);
     for step in first..args.steps {
         before_step(step, &device);
         if step == args.steps - 1 {
@@ -181,10 +183,13 @@ pub fn train_observed<B: Backend>(
         let started = Instant::now();
         let batch = corpus.batch(args.seed, step, args.batch, args.seq)?;
         let (next, loss, scaled) = loop {
-            // The step's starting state, to go back to if it runs out of memory: clones share
-            // the tensors, but holding them keeps AdamW from updating in place.
-            let start =
-                (!args.no_recover).then(|| (model.clone(), optim.to_record(), scaler.clone()));
+            // The step's starting state, to go back to if the forward or backward pass runs
+            // out of memory. Clones share the tensors, but holding them would keep AdamW from
+            // updating in place: two copies of the parameters and moments at once. So it is
+            // let go when the update starts; an update that fails cannot be taken back.
+            let start = RefCell::new(
+                (!args.no_recover).then(|| (model.clone(), optim.to_record(), scaler.clone())),
+            );
             let options = StepOptions {
                 lr: args.lr,
                 checkpoint_blocks: args.checkpoint_blocks,
@@ -194,7 +199,12 @@ pub fn train_observed<B: Backend>(
             // deep inside the backend; catch it to recover, or to say what held the memory and
             // which flags would help, instead of a backtrace.
             let outcome = quietly(&device, || {
-                let on_phase = |phase: Phase| memory::mark(&device, phase.label());
+                let on_phase = |phase: Phase| {
+                    if phase == Phase::Update {
+                        start.borrow_mut().take();
+                    }
+                    memory::mark(&device, phase.label());
+                };
                 train::step_accumulated(
                     model,
                     &mut optim,
@@ -205,6 +215,7 @@ pub fn train_observed<B: Backend>(
                     on_phase,
                 )
             });
+            let start = start.into_inner();
             match outcome {
                 Ok(Ok(done)) => break done,
                 Ok(Err(refused)) => return Err(refused.to_string()),
@@ -292,6 +303,12 @@ pub fn train_observed<B: Backend>(
             micro_batches,
             loss_scale: scaled.map(|s| s.scale),
             skipped: scaled.is_some_and(|s| s.skipped),
+            remat: {
+                let now = memory::remat_stats(&device);
+                let step = now.since(&step_start);
+                step_start = now;
+                (args.budget.is_some() || args.checkpoint_blocks).then_some(step)
+            },
         };
         report::show_step(&bar, &args, &entry);
         log.push(entry);

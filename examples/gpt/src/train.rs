@@ -125,6 +125,11 @@ pub enum Phase {
     Forward,
     /// Gradients are computed.
     Backward,
+    /// Every micro-batch's gradients are in; the optimizer is about to update the parameters
+    /// (a caller holding the step's starting state lets go of it here, or the update could
+    /// not be made in place and would hold two copies of the parameters and the optimizer's
+    /// state).
+    Update,
     /// Parameters are updated.
     Optimizer,
 }
@@ -136,6 +141,7 @@ impl Phase {
             Phase::Start => "inputs ready",
             Phase::Forward => "forward done",
             Phase::Backward => "backward done",
+            Phase::Update => "update starts",
             Phase::Optimizer => "optimizer done",
         }
     }
@@ -261,6 +267,7 @@ pub fn step_accumulated<B: AutodiffBackend>(
     // be built in f32, the parameters' type (a no-op otherwise).
     frugal::precision::match_param_dtypes(&model, &mut grads);
     let lr = options.lr;
+    on_phase(Phase::Update);
     memory::set_phase(device, memory::Phase::Optimizer);
     let (model, outcome) = match scaler {
         Some(scaler) => {

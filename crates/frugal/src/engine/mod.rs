@@ -705,11 +705,23 @@ impl Budget {
             return;
         }
         self.counters.add(Counter::room_rounds, 1);
-        self.plan
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .note_room();
+        let position = {
+            let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+            plan.note_room();
+            log::log_enabled!(log::Level::Trace).then(|| plan.position())
+        };
+        let before = position.map(|_| (ledger.live_bytes(), self.stats()));
         self.evict_down_to(ledger, limit - next);
+        if let (Some(position), Some((live, was))) = (position, before) {
+            let now = self.stats();
+            log::trace!(
+                "frugal: room for {next} B at step position {position:?}: live {live} -> {} B \
+                 ({} recomputable dropped, {} offloaded)",
+                ledger.live_bytes(),
+                now.evictions.saturating_sub(was.evictions),
+                now.offloads.saturating_sub(was.offloads),
+            );
+        }
     }
 
     /// Evicts what it can towards the limit without failing: used between the restores of a

@@ -290,6 +290,13 @@ impl StepPlan {
         self.base + self.tokens.len() as u64
     }
 
+    /// Where the program is in the learned step (the next tensor's position from the forward
+    /// pass's start), if segments are cut.
+    pub(crate) fn position(&self) -> Option<u64> {
+        let ordinal = self.next_ordinal();
+        self.segments.as_ref().map(|s| s.position(ordinal))
+    }
+
     /// Records a new managed tensor with `token` of `bytes`, made by `op` when `live` bytes
     /// were live on the device; returns its ordinal. `recompute`: what re-running its op
     /// alone would cost (see [`crate::op::cost::op_cost`]), if the tensor could be dropped and
@@ -365,9 +372,16 @@ impl StepPlan {
     /// Notes that the budget evicted to make room before an op. Under a selection that is
     /// pressure too: the choice was meant to leave room for every op, and what the budget
     /// evicts then by score may be recomputed at a far higher cost than the cheap tensors a
-    /// lower aim would drop. Segments leave such evictions to the budget.
+    /// lower aim would drop. Under segments, so is room made after the forward pass: a
+    /// segment brought back whole did not fit beside the gradients, and what the budget
+    /// evicts among its tensors is recomputed again, segment and all, when next read.
     pub(crate) fn note_room(&mut self) {
-        if self.segments.as_ref().is_some_and(|s| s.selective) {
+        let ordinal = self.next_ordinal();
+        if self
+            .segments
+            .as_ref()
+            .is_some_and(|s| s.selective || s.position(ordinal) > s.end)
+        {
             self.count_pressure();
         }
     }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Declares [`RematStats`], the [`Counter`] naming each field, and the arithmetic of
 /// [`RematStats::since`]: `event` fields count things that happened (subtracted), `level`
@@ -11,7 +11,7 @@ use serde::Serialize;
 macro_rules! remat_stats {
     ($($(#[doc = $doc:literal])* $kind:ident $name:ident,)*) => {
         /// Counters of what the budget and checkpoint scopes did on one device.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
         pub struct RematStats {
             $($(#[doc = $doc])* pub $name: u64,)*
         }
