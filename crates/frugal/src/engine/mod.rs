@@ -814,18 +814,21 @@ impl Budget {
         let started = std::time::Instant::now();
         let now = self.clock.load(Relaxed);
         let policy = self.policy();
-        // Evict a little below the limit, so the next few ops do not each search again.
-        let target = limit - limit / 16;
         // With a learned step, every cell is scored by its predicted next read, in one
         // deterministic pass: the same choices every step.
         if self.predict_all(policy.planned) {
-            let waited = self.evict_from_all(ledger, target, now, &policy);
+            // Exactly to the limit: what goes beyond is read soon (under segments, often a
+            // tensor of the segment just brought back, whose recomputation replays the
+            // segment), and the next search is cheap beside that.
+            let waited = self.evict_from_all(ledger, limit, now, &policy);
             let elapsed = started.elapsed().as_nanos() as u64;
             self.counters
                 .add(Counter::search_nanos, elapsed.saturating_sub(waited));
             self.counters.add(Counter::planned_rounds, 1);
             return;
         }
+        // Evict a little below the limit, so the next few ops do not each search again.
+        let target = limit - limit / 16;
         let best = |cells: Vec<Arc<dyn Evictable>>| {
             cells
                 .into_iter()
