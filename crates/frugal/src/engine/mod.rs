@@ -817,10 +817,11 @@ impl Budget {
         // With a learned step, every cell is scored by its predicted next read, in one
         // deterministic pass: the same choices every step.
         if self.predict_all(policy.planned) {
-            // Exactly to the limit: what goes beyond is read soon (under segments, often a
-            // tensor of the segment just brought back, whose recomputation replays the
-            // segment), and the next search is cheap beside that.
-            let waited = self.evict_from_all(ledger, limit, now, &policy);
+            // Tensors to recompute exactly to the limit: what goes beyond is read soon (under
+            // segments, often a tensor of the segment just brought back, whose recomputation
+            // replays the segment), and the next search is cheap beside that. Offloads, each
+            // batch a wait for the queue to drain, a little below it.
+            let waited = self.evict_from_all(ledger, [limit, limit - limit / 16], now, &policy);
             let elapsed = started.elapsed().as_nanos() as u64;
             self.counters
                 .add(Counter::search_nanos, elapsed.saturating_sub(waited));
@@ -856,7 +857,7 @@ impl Budget {
             }
         }
         let waited = if ledger.live_bytes() > target {
-            self.evict_from_all(ledger, target, now, &policy)
+            self.evict_from_all(ledger, [target; 2], now, &policy)
         } else {
             0
         };
@@ -888,8 +889,15 @@ impl Budget {
     /// The slow path of [`Self::evict_down`], when the sample has nothing to recompute: one
     /// scan of every tensor, then recomputable tensors in order of score, then buffers
     /// shared by several recomputable tensors, then offloads, all read in one batch. Returns
-    /// the nanoseconds spent waiting for that read.
-    fn evict_from_all(&self, ledger: &Ledger, target: u64, now: u64, policy: &Policy) -> u64 {
+    /// the nanoseconds spent waiting for that read. `[target, offload_target]`: what live
+    /// bytes the evictions on the device, then the offloads, bring them down to.
+    fn evict_from_all(
+        &self,
+        ledger: &Ledger,
+        [target, offload_target]: [u64; 2],
+        now: u64,
+        policy: &Policy,
+    ) -> u64 {
         let mut ranked: Vec<_> = self
             .cells()
             .into_iter()
@@ -921,7 +929,7 @@ impl Budget {
         }
         let mut batch = OffloadBatch::default();
         for (_, cell) in offload {
-            if ledger.live_bytes() <= target {
+            if ledger.live_bytes() <= offload_target {
                 break;
             }
             batch.add(self, &cell);
@@ -929,7 +937,7 @@ impl Budget {
         // A buffer shared by a tensor that can only be offloaded and views of it: once the
         // views are evicted (recomputed from the tensor when read), the tensor is alone on its
         // buffer and can be offloaded.
-        while ledger.live_bytes() > target
+        while ledger.live_bytes() > offload_target
             && let Some(OffloadableGroup { views, root }) =
                 Self::offloadable_group(&mut groups, now, policy)
         {
@@ -1240,6 +1248,27 @@ mod tests {
             Some((exp, (1 << 48) - 1))
         );
         assert_eq!(unpack_next(0), None);
+    }
+
+    #[test]
+    fn evictions_stop_at_their_target_and_an_offload_batch_goes_to_its_own() {
+        let (ledger, budget, cells) = setup(&[
+            (Some(1.0), false),
+            (Some(2.0), false),
+            (None, true),
+            (None, true),
+        ]);
+        let policy = budget.policy();
+        use Status::*;
+        // Recomputable tensors go first and only down to the target: no offload.
+        budget.evict_from_all(ledger, [3000, 1500], 0, &policy);
+        assert_eq!(statuses(&cells), [Evicted, Resident, Resident, Resident]);
+        assert_eq!(budget.stats().offloads, 0);
+        // When they are not enough, the one batch of offloads goes down to its own target.
+        budget.evict_from_all(ledger, [1500, 500], 0, &policy);
+        assert_eq!(statuses(&cells), [Evicted, Evicted, Offloaded, Offloaded]);
+        assert_eq!(ledger.live_bytes(), 0);
+        assert_eq!(budget.stats().offload_batches, 1);
     }
 
     #[test]

@@ -176,3 +176,33 @@ fn accumulation_recovery_and_fit() {
     assert!(err.contains("--fit") && err.contains("--budget"), "{err}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The step's starting state, held for recovery, is let go when the optimizer's update
+/// begins: AdamW then updates in place, and the optimizer state's peak is the one of a run
+/// that holds nothing (`--no-recover`), not two copies of the moments.
+#[test]
+fn the_state_held_for_recovery_leaves_the_update_in_place() {
+    let _serial = crate::serial();
+    let root = std::env::temp_dir().join(format!("gpt-held-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let device = Default::default();
+    let optimizer_peak = |name: &str, extra: &[&str]| {
+        let out = root.join(name);
+        let log = train::<NdArray>(&run(&out, 3, extra), device).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("memory.json")).unwrap()).unwrap();
+        let peak = json["report"]["peak_by_role"]["optimizer_state"]
+            .as_u64()
+            .unwrap();
+        (bits(&log), peak)
+    };
+    let (held, held_peak) = optimizer_peak("held", &[]);
+    let (free, free_peak) = optimizer_peak("free", &["--no-recover"]);
+    assert_eq!(held, free, "holding the start changes no bit");
+    assert!(free_peak > 0);
+    assert_eq!(
+        held_peak, free_peak,
+        "optimizer state's peak with and without recovery"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
