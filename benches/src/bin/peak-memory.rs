@@ -776,6 +776,10 @@ fn run<A: AutodiffBackend>(
         let timed = step >= args.warmup;
         let started = Instant::now();
         let on_phase = |phase: Phase| {
+            // The update begins right where the backward pass ended: nothing to read there.
+            if phase == Phase::Update {
+                return;
+            }
             if ledger && (args.peak_holders || args.memory_viz.is_some()) {
                 memory::mark(&device, phase.label());
             }
