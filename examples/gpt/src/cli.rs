@@ -207,8 +207,9 @@ pub struct TrainArgs {
     #[arg(long)]
     pub fit: bool,
     /// Do not go back to a step's start when it runs out of memory (by default the step is
-    /// retried with half the micro-batch and twice the accumulation). Holding the start
-    /// keeps AdamW from updating parameters in place; this flag gives that memory back.
+    /// retried with half the micro-batch and twice the accumulation). The start is held
+    /// through the forward and backward passes (let go when the update begins, so AdamW
+    /// still updates in place); this flag holds nothing and ends the run at the first failure.
     #[arg(long)]
     pub no_recover: bool,
     /// Run each transformer block in a checkpoint scope: its activations are dropped after the
