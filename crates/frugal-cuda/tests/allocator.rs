@@ -401,6 +401,32 @@ fn a_growth_limit_reuses_the_holes_between_live_blocks_before_reserving_more() {
 }
 
 #[test]
+fn a_growth_limit_keeps_the_free_end_a_request_grows_into_and_gives_back_only_the_growth() {
+    // [hole 20 MiB | x 30 MiB live | free end 50 MiB]: a 60 MiB request fits no block, but
+    // the free end and 10 MiB more would hold it. Giving the free end back to map it again
+    // at once would move 60 MiB; only the 10 MiB lacked should move, out of the hole.
+    let mut a = expandable();
+    let h = a.alloc(20 * MIB).unwrap();
+    let x = a.alloc(30 * MIB).unwrap();
+    let y = a.alloc(50 * MIB).unwrap();
+    a.dealloc(h).unwrap();
+    a.dealloc(y).unwrap();
+    a.set_growth_limit(Some(100 * MIB));
+    let z = a.alloc(60 * MIB).unwrap();
+    ok(&a, &[x, z]);
+    assert_eq!(
+        z.address(),
+        x.address() + 30 * MIB,
+        "the request took the free end"
+    );
+    let st = a.stats();
+    assert_eq!(st.reserved_bytes, 100 * MIB, "{st:?}");
+    assert_eq!(st.growth_limit_passes, 0);
+    assert_eq!(st.unmapped_bytes, 10 * MIB, "{st:?}");
+    assert_eq!(st.mapped_bytes, 110 * MIB, "{st:?}");
+}
+
+#[test]
 fn a_growth_limit_never_fails_an_allocation_and_rises_to_what_was_needed() {
     for mut a in [plain(), expandable()] {
         a.set_growth_limit(Some(50 * MIB));

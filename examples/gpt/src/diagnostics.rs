@@ -5,6 +5,7 @@
 use burn::tensor::backend::{Backend, DeviceOps};
 use frugal::memory::{self, format_bytes};
 use frugal::{CaughtPanic, RematStats};
+use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::latest_checkpoint;
 use crate::cli::{DeviceKind, Evict, Precision, TrainArgs};
@@ -262,6 +263,90 @@ pub fn allocator_peaks<D: 'static>(device: &D) -> Option<AllocatorPeaks> {
             cap: stats.cap,
             growth_limit: stats.growth_limit,
             growth_limit_passes: stats.growth_limit_passes,
+        });
+    }
+    let _ = device;
+    None
+}
+
+/// Calls of one kind and the milliseconds they took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallsMs {
+    /// Number of calls.
+    pub count: u64,
+    /// Milliseconds in them.
+    pub ms: f64,
+}
+
+impl CallsMs {
+    fn since(&self, start: &Self) -> Self {
+        Self {
+            count: self.count.saturating_sub(start.count),
+            ms: self.ms - start.ms,
+        }
+    }
+}
+
+/// frugal-cuda's allocator counters that say what keeping reserved memory near the budget
+/// cost: memory moved between addresses, driver calls and waits for the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AllocatorCounters {
+    /// Bytes mapped into expandable segments.
+    pub mapped_bytes: u64,
+    /// Bytes unmapped from them.
+    pub unmapped_bytes: u64,
+    /// Host waits for the device before memory was given back.
+    pub device_waits: CallsMs,
+    /// Mappings (physical memory, map, access).
+    pub device_maps: CallsMs,
+    /// Unmappings of granules given back.
+    pub device_unmaps: CallsMs,
+    /// Allocations that reserved beyond the growth limit.
+    pub growth_limit_passes: u64,
+    /// Reserved bytes at the end (not a difference in [`Self::since`]).
+    pub reserved_bytes: u64,
+}
+
+impl AllocatorCounters {
+    /// The counts since `start` (reserved bytes stay as they are now).
+    pub fn since(&self, start: &Self) -> Self {
+        Self {
+            mapped_bytes: self.mapped_bytes.saturating_sub(start.mapped_bytes),
+            unmapped_bytes: self.unmapped_bytes.saturating_sub(start.unmapped_bytes),
+            device_waits: self.device_waits.since(&start.device_waits),
+            device_maps: self.device_maps.since(&start.device_maps),
+            device_unmaps: self.device_unmaps.since(&start.device_unmaps),
+            growth_limit_passes: self
+                .growth_limit_passes
+                .saturating_sub(start.growth_limit_passes),
+            reserved_bytes: self.reserved_bytes,
+        }
+    }
+}
+
+#[cfg(feature = "frugal-cuda")]
+fn calls_ms(calls: frugal_cuda::allocator::CallTime) -> CallsMs {
+    CallsMs {
+        count: calls.count,
+        ms: calls.nanos as f64 / 1e6,
+    }
+}
+
+/// frugal-cuda's allocator counters on `device`; `None` on other devices.
+pub fn allocator_counters<D: 'static>(device: &D) -> Option<AllocatorCounters> {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        let stats = frugal_cuda::memory_report(device).stats;
+        return Some(AllocatorCounters {
+            mapped_bytes: stats.mapped_bytes,
+            unmapped_bytes: stats.unmapped_bytes,
+            device_waits: calls_ms(stats.device_times.waits),
+            device_maps: calls_ms(stats.device_times.maps),
+            device_unmaps: calls_ms(stats.device_times.unmaps),
+            growth_limit_passes: stats.growth_limit_passes,
+            reserved_bytes: stats.reserved_bytes,
         });
     }
     let _ = device;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::write_atomic;
 use crate::cli::{Evict, TrainArgs};
-use crate::diagnostics::{remat_summary, settings_summary};
+use crate::diagnostics::{AllocatorCounters, remat_summary, settings_summary};
 
 /// Figures of one step, as written to `steps.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -41,6 +41,10 @@ pub struct StepLog {
     /// uploaded bytes, offload waits, eviction rounds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remat: Option<RematStats>,
+    /// On frugal-cuda: what its allocator did in this step (memory mapped and unmapped, waits
+    /// for the device, growth-limit passes) and the bytes reserved at its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<AllocatorCounters>,
 }
 
 fn one() -> usize {
@@ -242,6 +246,20 @@ pub fn print_summary<D: DeviceOps + 'static>(
             format_bytes(allocated),
             format_bytes(reserved)
         );
+        if let Some(counters) = crate::diagnostics::allocator_counters(device) {
+            println!(
+                "  over the run: {} mapped in {} calls ({:.1} ms), {} unmapped ({} calls, \
+                 {:.1} ms), {} waits for the device ({:.1} ms)",
+                format_bytes(counters.mapped_bytes),
+                counters.device_maps.count,
+                counters.device_maps.ms,
+                format_bytes(counters.unmapped_bytes),
+                counters.device_unmaps.count,
+                counters.device_unmaps.ms,
+                counters.device_waits.count,
+                counters.device_waits.ms
+            );
+        }
     }
     if let Some(settings) = settings_summary(args) {
         println!("{settings}; over the run: {}", remat_summary(remat));

@@ -19,8 +19,8 @@ use crate::checkpoint::{self, Resumed};
 use crate::cli::AttentionKind;
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
-    device_stopped, failure_reason, first_line, halved_micro_batch, is_out_of_memory,
-    non_finite_loss, probe_device, quietly, settings_refused, step_failure,
+    allocator_counters, device_stopped, failure_reason, first_line, halved_micro_batch,
+    is_out_of_memory, non_finite_loss, probe_device, quietly, settings_refused, step_failure,
 };
 use crate::fitting;
 use crate::model::GptConfig;
@@ -173,6 +173,7 @@ pub fn train_observed<B: Backend>(
     let mut micro_batches = args.accumulate;
     let mut recovered = 0u32;
     let mut step_start = memory::remat_stats(&device);
+    let mut allocator_start = allocator_counters(&device).unwrap_or_default();
     for step in first..args.steps {
         before_step(step, &device);
         if step == args.steps - 1 {
@@ -309,6 +310,11 @@ pub fn train_observed<B: Backend>(
                 step_start = now;
                 (args.budget.is_some() || args.checkpoint_blocks).then_some(step)
             },
+            allocator: allocator_counters(&device).map(|now| {
+                let step = now.since(&allocator_start);
+                allocator_start = now;
+                step
+            }),
         };
         report::show_step(&bar, &args, &entry);
         log.push(entry);

@@ -389,14 +389,24 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         // Under the growth limit, memory already reserved is used first, and only what the
         // request lacks is given back: each granule given back is mapped again, one driver
-        // call or more each.
+        // call or more each. Where an expandable segment can take the request with the free
+        // blocks around one of its unmapped ranges, those blocks stay and only the growth
+        // they lack is given back elsewhere: giving them back too would map them again at
+        // once.
+        let mut keep = None;
         let enough = match (ceiling, self.growth_limit) {
             (Ceiling::GrowthLimit, Some(limit)) => {
                 if let Some(handle) = self.alloc_from_any_pool(rounded) {
                     return Ok(Some(handle));
                 }
-                let mapped = rounded.checked_next_multiple_of(self.granularity.max(1));
-                match mapped.and_then(|m| self.st.reserved_bytes.checked_add(m)) {
+                let growth = match self.best_gap(pool, rounded) {
+                    Some(best) => {
+                        keep = Some(best.kept);
+                        Some(best.growth)
+                    }
+                    None => rounded.checked_next_multiple_of(self.granularity.max(1)),
+                };
+                match growth.and_then(|g| self.st.reserved_bytes.checked_add(g)) {
                     Some(wanted) => wanted.saturating_sub(limit).max(1),
                     None => u64::MAX,
                 }
@@ -404,7 +414,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             _ => u64::MAX,
         };
         // Memory cached in unused segments (of either pool) may be what is missing.
-        if self.release(Release::Ends, enough)? > 0
+        if self.release(Release::Ends, enough, keep)? > 0
             && let Some(handle) = self.try_grow(pool, rounded, ceiling, reason)?
         {
             return Ok(Some(handle));
@@ -416,7 +426,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             return Ok(Some(handle));
         }
         // Holes between live blocks, each too small, may together hold the request.
-        if self.release(Release::Holes, enough)? > 0
+        if self.release(Release::Holes, enough, keep)? > 0
             && let Some(handle) = self.try_grow(pool, rounded, ceiling, reason)?
         {
             return Ok(Some(handle));
@@ -558,14 +568,23 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// the same; unmapping the holes between live blocks is what lets a request larger than
     /// any hole be mapped from their memory.
     pub fn release_cached(&mut self) -> Result<u64, AllocError> {
-        self.release(Release::Holes, u64::MAX)
+        self.release(Release::Holes, u64::MAX, None)
     }
 
     /// [`Self::release_cached`], unmapping only free ends of expandable segments with
     /// [`Release::Ends`].
-    /// It stops once `enough` bytes are given back.
-    fn release(&mut self, what: Release, enough: u64) -> Result<u64, AllocError> {
-        let ids: Vec<u64> = self.segments.keys().copied().collect();
+    /// It stops once `enough` bytes are given back, and gives back nothing of the free blocks
+    /// `keep` names.
+    fn release(
+        &mut self,
+        what: Release,
+        enough: u64,
+        keep: Option<KeptRange>,
+    ) -> Result<u64, AllocError> {
+        // Expandable segments first: a granule given back costs the device no wait, while
+        // freeing a plain segment waits for all queued work (`cuMemFree` synchronises).
+        let mut ids: Vec<u64> = self.segments.keys().copied().collect();
+        ids.sort_by_key(|id| self.segments[id].expandable.is_none());
         let mut released = 0;
         for id in ids {
             if released >= enough {
@@ -597,7 +616,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                     released += size;
                 }
                 Some(virtual_size) => {
-                    released += self.unmap_free_granules(id, what, enough - released)?;
+                    let keep = keep.filter(|k| k.segment == id);
+                    released += self.unmap_free_granules(id, what, enough - released, keep)?;
                     if let Some(seg) = self.segments.get(&id)
                         && seg.mapped == 0
                     {
@@ -626,6 +646,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         id: u64,
         what: Release,
         enough: u64,
+        keep: Option<KeptRange>,
     ) -> Result<u64, AllocError> {
         let g = self.granularity;
         let Some(seg) = self.segments.get(&id) else {
@@ -637,7 +658,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .blocks
             .iter()
             .filter(|(offset, b)| {
-                b.live.is_none() && (what == Release::Holes || Some(**offset) == last)
+                b.live.is_none()
+                    && (what == Release::Holes || Some(**offset) == last)
+                    && keep.is_none_or(|k| **offset + b.size <= k.start || **offset >= k.end)
             })
             .map(|(&offset, b)| (offset, b.size))
             .collect();
@@ -682,6 +705,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 }
             }
             let trim = end - start;
+            self.st.unmapped_bytes += trim;
             seg.mapped -= trim;
             self.st.reserved_bytes -= trim;
             self.st.free_bytes -= trim;
@@ -711,6 +735,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .max(self.largest_free(Pool::Huge));
         st.cap = self.cap;
         st.growth_limit = self.growth_limit;
+        st.device_times = self.device.times();
         st
     }
 
@@ -977,6 +1002,37 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         id
     }
 
+    /// Where an expandable segment of `pool` takes a request of `rounded` bytes with the
+    /// fewest granules mapped: an unmapped range and the free blocks touching it.
+    fn best_gap(&self, pool: Pool, rounded: u64) -> Option<BestGap> {
+        if pool == Pool::Small || !self.expandable {
+            return None;
+        }
+        let mut best: Option<BestGap> = None;
+        for (&id, seg) in &self.segments {
+            let Some(virtual_size) = seg.expandable.filter(|_| seg.pool == pool) else {
+                continue;
+            };
+            for gap in unmapped_gaps(seg, virtual_size) {
+                let Some(growth) = gap.growth_for(rounded, self.granularity) else {
+                    continue;
+                };
+                if best.is_none_or(|b| growth < b.growth) {
+                    best = Some(BestGap {
+                        growth,
+                        at: gap.start,
+                        kept: KeptRange {
+                            segment: id,
+                            start: gap.start - gap.free_before,
+                            end: gap.end + gap.free_after,
+                        },
+                    });
+                }
+            }
+        }
+        best
+    }
+
     /// Gets memory from the device for a request no cached block fits, and allocates it.
     fn grow(
         &mut self,
@@ -1004,22 +1060,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         ceiling: Ceiling,
     ) -> Result<BlockHandle, GrowError> {
         let g = self.granularity;
-        // (growth, segment, where to map)
-        let mut best: Option<(u64, u64, u64)> = None;
-        for (&id, seg) in &self.segments {
-            let Some(virtual_size) = seg.expandable.filter(|_| seg.pool == pool) else {
-                continue;
-            };
-            for gap in unmapped_gaps(seg, virtual_size) {
-                let Some(growth) = gap.growth_for(rounded, g) else {
-                    continue;
-                };
-                if best.is_none_or(|(b, _, _)| growth < b) {
-                    best = Some((growth, id, gap.start));
-                }
-            }
-        }
-        if let Some((growth, id, at)) = best {
+        if let Some(BestGap {
+            growth,
+            kept: KeptRange { segment: id, .. },
+            at,
+        }) = self.best_gap(pool, rounded)
+        {
             self.check_cap(growth, ceiling)?;
             let Some(seg) = self.segments.get(&id) else {
                 return Err(GrowError::DeviceOom);
@@ -1035,6 +1081,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
             let key = self.insert_mapped(id, at, growth);
             self.add_reserved(growth);
+            self.st.mapped_bytes += growth;
             self.st.device_allocs += 1;
             self.st.segment_growths += 1;
             return Ok(self.take(key, rounded));
@@ -1052,6 +1099,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             return Err(grow_error(e));
         }
         let id = self.new_segment(pool, base, Some(virtual_size), mapped);
+        self.st.mapped_bytes += mapped;
         Ok(self.take((mapped, id, 0), rounded))
     }
 }
@@ -1064,6 +1112,26 @@ fn alloc_event(handle: &BlockHandle, bytes: u64) -> TraceEvent {
         address: handle.address,
         size: handle.size,
     }
+}
+
+/// Free blocks of one segment that a release under the growth limit leaves mapped: those
+/// around the unmapped range the request will be mapped into.
+#[derive(Debug, Clone, Copy)]
+struct KeptRange {
+    segment: u64,
+    start: u64,
+    end: u64,
+}
+
+/// The unmapped range of an expandable segment that takes a request with the least growth.
+#[derive(Debug, Clone, Copy)]
+struct BestGap {
+    /// Granule-rounded bytes to map.
+    growth: u64,
+    /// Offset in the segment where they go.
+    at: u64,
+    /// The gap with the free blocks around it.
+    kept: KeptRange,
 }
 
 /// An unmapped range of an expandable segment: a gap between mapped blocks, or the rest of

@@ -84,6 +84,50 @@ pub trait DeviceMemory {
     /// implementation may do so only once the device has run the work queued before, as long
     /// as the range can be mapped again at once and the memory serves the next [`Self::map`].
     fn unmap(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError>;
+
+    /// Time spent in driver calls here: waits for the device to finish queued work (before
+    /// freeing memory it may still use), mappings and unmappings. Zero where nothing is timed.
+    fn times(&self) -> DeviceTimes {
+        DeviceTimes::default()
+    }
+}
+
+/// Calls of one kind and the time they took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CallTime {
+    /// Number of calls.
+    pub count: u64,
+    /// Time in them, in nanoseconds.
+    pub nanos: u64,
+}
+
+impl CallTime {
+    /// Counts one call of `elapsed`.
+    pub fn add(&mut self, elapsed: std::time::Duration) {
+        self.count += 1;
+        self.nanos += elapsed.as_nanos().min(u64::MAX as u128) as u64;
+    }
+
+    /// The calls since `start`.
+    pub fn since(&self, start: &Self) -> Self {
+        Self {
+            count: self.count.saturating_sub(start.count),
+            nanos: self.nanos.saturating_sub(start.nanos),
+        }
+    }
+}
+
+/// Where a [`DeviceMemory`] spent its time in the driver. A wait lets the device's queue run
+/// dry, so that work queued afterwards starts late; mappings and unmappings hold up the host
+/// thread that queues the work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceTimes {
+    /// Waits for the device.
+    pub waits: CallTime,
+    /// Mappings of a range (`cuMemCreate`, `cuMemMap` and `cuMemSetAccess` together).
+    pub maps: CallTime,
+    /// Unmappings of retired granules (`cuMemUnmap` and `cuMemRelease`).
+    pub unmaps: CallTime,
 }
 
 /// Calls made to a [`SimulatedDevice`], for tests that check how often the allocator went to

@@ -37,7 +37,9 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 pub use caching::CachingAllocator;
-pub use device::{DeviceError, DeviceMemory, SimulatedDevice, SimulatedDeviceCounters};
+pub use device::{
+    CallTime, DeviceError, DeviceMemory, DeviceTimes, SimulatedDevice, SimulatedDeviceCounters,
+};
 pub use stats::{BlockSnapshot, SegmentSnapshot, Snapshot, Stats, format_bytes};
 pub use trace::{History, TraceEvent};
 

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{Pool, SegmentId};
+use super::{DeviceTimes, Pool, SegmentId};
 
 /// Counters and gauges of an allocator, as returned by
 /// [`super::CachingAllocator::stats`].
@@ -61,6 +61,15 @@ pub struct Stats {
     /// Allocations that reserved memory beyond the growth limit after reusing cached memory
     /// could not serve them.
     pub growth_limit_passes: u64,
+    /// Bytes mapped into expandable segments, over the allocator's life (growths and new
+    /// segments): with [`Self::unmapped_bytes`], the memory moved between addresses to keep
+    /// reserved bytes within a cap or growth limit.
+    pub mapped_bytes: u64,
+    /// Bytes unmapped from expandable segments, over the allocator's life.
+    pub unmapped_bytes: u64,
+    /// Time the device memory spent in the driver: waits for the device before giving memory
+    /// back, mappings and unmappings (see [`super::DeviceMemory::times`]).
+    pub device_times: DeviceTimes,
 }
 
 impl Stats {

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
+use std::time::Instant;
 
 use cubecl_common::backtrace::BackTrace;
 use cubecl_common::bytes::{AllocationController, AllocationProperty};
@@ -14,7 +15,7 @@ use cudarc::driver::sys::{
     CUmemGenericAllocationHandle, CUmemLocation, CUresult, CUstream,
 };
 
-use crate::allocator::{DeviceError, DeviceMemory};
+use crate::allocator::{DeviceError, DeviceMemory, DeviceTimes};
 
 fn check(result: CUresult, call: &'static str, requested: u64) -> Result<(), DeviceError> {
     match result {
@@ -65,6 +66,8 @@ pub struct CudaDeviceMemory {
     stream: Option<CUstream>,
     /// Granules unmapped by the allocator but still mapped in the driver, oldest first.
     retired: VecDeque<Retirement>,
+    /// Time spent in the driver here.
+    times: DeviceTimes,
 }
 
 /// Granules one `unmap` retired, and the event after which nothing reads them.
@@ -114,6 +117,7 @@ impl CudaDeviceMemory {
             granules: HashMap::new(),
             stream: None,
             retired: VecDeque::new(),
+            times: DeviceTimes::default(),
         };
         if vmm {
             let prop = memory.allocation_prop();
@@ -142,9 +146,12 @@ impl CudaDeviceMemory {
         prop
     }
 
-    fn synchronize(&self) -> Result<(), DeviceError> {
+    fn synchronize(&mut self) -> Result<(), DeviceError> {
+        let start = Instant::now();
         // SAFETY: the device's context is current on the server's thread.
-        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize", 0)
+        let result = check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize", 0);
+        self.times.waits.add(start.elapsed());
+        result
     }
 
     /// The stream all of this device's kernels and copies run on: from then on unmapped
@@ -153,19 +160,52 @@ impl CudaDeviceMemory {
         self.stream = Some(stream);
     }
 
+    /// An event recorded on the stream now, after which nothing queued so far runs (`None`
+    /// before the stream is known).
+    fn fence(&mut self) -> Result<Option<CUevent>, DeviceError> {
+        let Some(stream) = self.stream else {
+            return Ok(None);
+        };
+        let mut event: CUevent = std::ptr::null_mut();
+        // SAFETY: creates and records one event on the server's live stream.
+        unsafe {
+            check(
+                sys::cuEventCreate(
+                    &mut event,
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+                ),
+                "cuEventCreate",
+                0,
+            )?;
+            check(sys::cuEventRecord(event, stream), "cuEventRecord", 0)?;
+        }
+        Ok(Some(event))
+    }
+
     /// Unmaps the retired granules whose event has passed (all of them, waiting, with
     /// `wait`), releasing the physical memory of those not reused.
     fn collect_retired(&mut self, wait: bool) -> Result<(), DeviceError> {
-        while let Some(front) = self.retired.front() {
+        let through = if wait { self.retired.len() } else { 0 };
+        self.collect_retired_through(through)
+    }
+
+    /// Unmaps the retired granules whose event has passed, waiting for the device until the
+    /// first `wait_for` retirements have passed (events on one stream pass in order, so
+    /// waiting for the last of them is enough), and releases the physical memory of those
+    /// not reused.
+    fn collect_retired_through(&mut self, wait_for: usize) -> Result<(), DeviceError> {
+        if wait_for > 0
+            && let Some(last) = self.retired.get(wait_for - 1)
+        {
+            let start = Instant::now();
             // SAFETY: the event was created and recorded by `unmap` and not destroyed yet.
-            let result = unsafe {
-                if wait {
-                    sys::cuEventSynchronize(front.event)
-                } else {
-                    sys::cuEventQuery(front.event)
-                }
-            };
-            match result {
+            let result = unsafe { sys::cuEventSynchronize(last.event) };
+            self.times.waits.add(start.elapsed());
+            check(result, "cuEventSynchronize", 0)?;
+        }
+        while let Some(front) = self.retired.front() {
+            // SAFETY: as above.
+            match unsafe { sys::cuEventQuery(front.event) } {
                 CUresult::CUDA_SUCCESS => {}
                 CUresult::CUDA_ERROR_NOT_READY => return Ok(()),
                 other => check(other, "cuEventQuery", 0)?,
@@ -173,6 +213,7 @@ impl CudaDeviceMemory {
             let Some(retirement) = self.retired.pop_front() else {
                 break;
             };
+            let start = Instant::now();
             // SAFETY: the event passed: nothing queued before the unmap reads these granules.
             unsafe {
                 let _ = sys::cuEventDestroy_v2(retirement.event);
@@ -187,6 +228,7 @@ impl CudaDeviceMemory {
                     }
                 }
             }
+            self.times.unmaps.add(start.elapsed());
         }
         Ok(())
     }
@@ -211,13 +253,14 @@ impl CudaDeviceMemory {
                 .unwrap_or(0);
             return Ok((granules.swap_remove(index).handle, true));
         }
-        // The address is still mapped to memory that now backs another granule: unmap it.
-        if self
+        // The address is still mapped to memory that now backs another granule: unmap it once
+        // the work queued before it was retired has run (not all the work queued since).
+        if let Some(at) = self
             .retired
             .iter()
-            .any(|r| r.granules.iter().any(|g| g.address == address))
+            .position(|r| r.granules.iter().any(|g| g.address == address))
         {
-            self.collect_retired(true)?;
+            self.collect_retired_through(at + 1)?;
         }
         for retirement in self.retired.iter_mut() {
             if let Some(granule) = retirement.granules.iter_mut().find(|g| !g.reused) {
@@ -245,6 +288,10 @@ impl DeviceMemory for CudaDeviceMemory {
         self.total
     }
 
+    fn times(&self) -> DeviceTimes {
+        self.times
+    }
+
     fn alloc(&mut self, size: u64) -> Result<u64, DeviceError> {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: writes one device pointer on success.
@@ -257,6 +304,7 @@ impl DeviceMemory for CudaDeviceMemory {
     }
 
     fn free(&mut self, address: u64, _size: u64) -> Result<(), DeviceError> {
+        // `cuMemFree` synchronises anyway; waiting first makes the wait explicit and counted.
         self.synchronize()?;
         // SAFETY: `address` came from `alloc` and no block in it is live.
         check(unsafe { sys::cuMemFree_v2(address) }, "cuMemFree", 0)
@@ -301,6 +349,55 @@ impl DeviceMemory for CudaDeviceMemory {
 
     fn map(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
         self.collect_retired(false)?;
+        let started = Instant::now();
+        let result = self.map_granules(base, offset, size);
+        self.times.maps.add(started.elapsed());
+        result
+    }
+
+    fn unmap(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
+        self.collect_retired(false)?;
+        let start = base + offset;
+        let addresses = (start..start + size).step_by(self.granularity as usize);
+        if let Some(event) = self.fence()? {
+            let granules = addresses
+                .filter_map(|address| {
+                    let handle = self.granules.remove(&address)?;
+                    Some(RetiredGranule {
+                        address,
+                        handle,
+                        reused: false,
+                    })
+                })
+                .collect();
+            self.retired.push_back(Retirement { event, granules });
+            return Ok(());
+        }
+        self.synchronize()?;
+        let started = Instant::now();
+        // One granule at a time: `cuMemUnmap` takes whole ranges of one `cuMemMap`, and each
+        // granule was mapped on its own.
+        for address in addresses {
+            // SAFETY: the granule is mapped by `map` and holds no live block.
+            check(
+                unsafe { sys::cuMemUnmap(address, self.granularity as usize) },
+                "cuMemUnmap",
+                0,
+            )?;
+            if let Some(handle) = self.granules.remove(&address) {
+                // SAFETY: the granule's mapping is gone; releasing frees its memory.
+                check(unsafe { sys::cuMemRelease(handle) }, "cuMemRelease", 0)?;
+            }
+        }
+        self.times.unmaps.add(started.elapsed());
+        Ok(())
+    }
+}
+
+impl CudaDeviceMemory {
+    /// [`DeviceMemory::map`] without the bookkeeping: a physical granule for each granule of
+    /// the range, mapped, then access granted to the whole range at once.
+    fn map_granules(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
         let start = base + offset;
         let mut mapped = 0u64;
         let mut failure = None;
@@ -356,55 +453,6 @@ impl DeviceMemory for CudaDeviceMemory {
                 Err(e)
             }
         }
-    }
-
-    fn unmap(&mut self, base: u64, offset: u64, size: u64) -> Result<(), DeviceError> {
-        self.collect_retired(false)?;
-        let start = base + offset;
-        let addresses = (start..start + size).step_by(self.granularity as usize);
-        if let Some(stream) = self.stream {
-            let mut event: CUevent = std::ptr::null_mut();
-            // SAFETY: creates and records one event on the server's live stream.
-            unsafe {
-                check(
-                    sys::cuEventCreate(
-                        &mut event,
-                        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-                    ),
-                    "cuEventCreate",
-                    0,
-                )?;
-                check(sys::cuEventRecord(event, stream), "cuEventRecord", 0)?;
-            }
-            let granules = addresses
-                .filter_map(|address| {
-                    let handle = self.granules.remove(&address)?;
-                    Some(RetiredGranule {
-                        address,
-                        handle,
-                        reused: false,
-                    })
-                })
-                .collect();
-            self.retired.push_back(Retirement { event, granules });
-            return Ok(());
-        }
-        self.synchronize()?;
-        // One granule at a time: `cuMemUnmap` takes whole ranges of one `cuMemMap`, and each
-        // granule was mapped on its own.
-        for address in addresses {
-            // SAFETY: the granule is mapped by `map` and holds no live block.
-            check(
-                unsafe { sys::cuMemUnmap(address, self.granularity as usize) },
-                "cuMemUnmap",
-                0,
-            )?;
-            if let Some(handle) = self.granules.remove(&address) {
-                // SAFETY: the granule's mapping is gone; releasing frees its memory.
-                check(unsafe { sys::cuMemRelease(handle) }, "cuMemRelease", 0)?;
-            }
-        }
-        Ok(())
     }
 }
 
