@@ -151,6 +151,10 @@ struct Args {
     /// (`frugal::Policy::forward_segments` off).
     #[arg(long)]
     no_segments: bool,
+    /// Under a budget on frugal-cuda: the allocator's growth limit in bytes instead of the
+    /// budget plus `frugal::memory::RESERVE_HEADROOM` (a large value turns it off).
+    #[arg(long, value_name = "BYTES")]
+    growth_limit: Option<u64>,
     /// Every configuration computes attention with `frugal::nn::attention` (flash attention
     /// under `Autodiff<Frugal<_>>`, the written-out attention on plain Burn) instead of written
     /// out.
@@ -740,6 +744,11 @@ fn run<A: AutodiffBackend>(
     let _settings = settings
         .apply::<A>(&device)
         .unwrap_or_else(|e| panic!("{}", e.precision_error()));
+    if let (Some(limit), true) = (args.growth_limit, budget.is_some())
+        && !memory::set_growth_limit(&device, Some(limit))
+    {
+        eprintln!("note: --growth-limit applies to frugal-cuda only; ignored on {name}");
+    }
     if let Some(max_depth) = args.max_depth {
         memory::set_policy(
             &device,
