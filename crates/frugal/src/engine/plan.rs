@@ -181,6 +181,8 @@ struct Segments {
     /// (see the module doc), ascending.
     park: Vec<u64>,
     parked_bytes: u64,
+    /// The position the parked state is read again (the simulation's assumption).
+    parked_until: u64,
     /// The cuts drop only tensors chosen one by one (see [`StepRecord::select`]), not every
     /// tensor of a closed segment that the backward pass reads.
     selective: bool,
@@ -230,6 +232,7 @@ pub(crate) struct StepPlan {
     live: Vec<u64>,
     /// Whether the program has dropped each tensor in `tokens`.
     dropped: Vec<bool>,
+
     /// The forward pass's segments, if the budget needs them.
     segments: Option<Segments>,
     /// A segment is open (an `Open` or `Cut` was handed out and no `Close` since).
@@ -609,6 +612,40 @@ impl StepPlan {
                 })
                 .collect(),
         };
+        // How far the simulation was from the step the last cuts ran: where the real step
+        // held more than the simulated one, the budget had to make room.
+        if log::log_enabled!(log::Level::Debug)
+            && let Some(old) = self.segments.as_ref().filter(|old| !old.selective)
+        {
+            let parked = Parked {
+                bytes: old.parked_bytes,
+                until: old.parked_until,
+            };
+            let simulated = record.simulate_curve(&old.cuts, &old.last_read, parked);
+            let actual: Vec<u64> = (0..p)
+                .map(|k| self.live[index(first + ((start_at + k) % p) as u64)])
+                .collect();
+            let excess = |k: usize| actual[k] as i64 - simulated[k];
+            if let Some(worst) = (0..p).max_by_key(|&k| excess(k)) {
+                log::debug!(
+                    "frugal: step plan: under the last cuts ({} segments) the step held at most \
+                     {} B, the simulation {} B; the real step held {} B more than simulated at \
+                     position {worst} (the forward pass ends at {end})",
+                    old.cuts.len(),
+                    actual.iter().max().unwrap_or(&0),
+                    simulated.iter().max().unwrap_or(&0),
+                    excess(worst),
+                );
+                log::trace!(
+                    "frugal: step plan: simulated / real live MiB by position: {}",
+                    (0..p)
+                        .step_by((p / 40).max(1))
+                        .map(|k| format!("{k}:{}/{}", simulated[k] >> 20, actual[k] >> 20))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
+            }
+        }
         let unsegmented = record.simulate(&[0], &[], Parked::NONE);
         if unsegmented <= limit {
             log::debug!(
@@ -675,6 +712,7 @@ impl StepPlan {
                 estimated_peak: selection.peak,
                 park: Vec::new(),
                 parked_bytes: 0,
+                parked_until: 0,
                 selective: true,
                 selected_bytes: selection.bytes,
             });
@@ -776,6 +814,7 @@ impl StepPlan {
             estimated_peak,
             park,
             parked_bytes: parked.bytes,
+            parked_until: parked.until,
             selective: false,
             selected_bytes: 0,
         })
@@ -1207,8 +1246,8 @@ impl StepRecord {
         parkable
     }
 
-    /// The step's peak live bytes under `cuts` (`last_read` from [`Self::last_reads`]), with
-    /// `parked` bytes away from its start until their first read.
+    /// The step's live bytes at each position under `cuts` (`last_read` from
+    /// [`Self::last_reads`]), with `parked` bytes away from its start until their first read.
     ///
     /// A tensor the step makes and drops is held from its creation to its last read,
     /// inclusive: the op that reads it last holds it beside its output. A tensor outliving the
@@ -1219,7 +1258,7 @@ impl StepRecord {
     /// buffers of their own: a segment's restore brings back more than its tensors (the
     /// gradients made beside them), and segments sized on the exact count left the budget
     /// evicting on top of them.
-    fn simulate(&self, cuts: &[u64], last_read: &[u64], parked: Parked) -> u64 {
+    fn simulate_curve(&self, cuts: &[u64], last_read: &[u64], parked: Parked) -> Vec<i64> {
         let p = self.bytes.len();
         let mut change = self.lifetimes(false);
         let mut restore = vec![u64::MAX; cuts.len()];
@@ -1246,19 +1285,30 @@ impl StepRecord {
                 change[to] += bytes;
             }
         }
+        let at_start = change[0];
         let mut sum = 0i64;
-        let mut peak = i64::MIN;
+        let mut curve = Vec::with_capacity(p);
         for (position, c) in change[..p].iter().enumerate() {
             sum += c;
             let away = match (position as u64) < parked.until {
                 true => parked.bytes as i64,
                 false => 0,
             };
-            peak = peak.max(sum - away);
+            curve.push(self.base_live as i64 + sum - away - at_start);
         }
-        let at_start = change[0];
-        self.base_live
-            .saturating_add((peak - at_start).max(0) as u64)
+        curve
+    }
+
+    /// The step's peak live bytes under `cuts` (see [`Self::simulate_curve`]), at least
+    /// `base_live`.
+    fn simulate(&self, cuts: &[u64], last_read: &[u64], parked: Parked) -> u64 {
+        let peak = self
+            .simulate_curve(cuts, last_read, parked)
+            .into_iter()
+            .max();
+        peak.map_or(self.base_live, |peak| {
+            peak.max(self.base_live as i64) as u64
+        })
     }
 }
 
