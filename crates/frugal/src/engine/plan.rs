@@ -74,6 +74,12 @@ const SELECTION_SHRINK: f64 = 0.95;
 /// The share of the room under the budget a selection first aims at: the simulated step
 /// counts only the program's tensors, not the buffers ops use inside.
 const SELECTION_AIM: f64 = 0.95;
+/// A selection whose simulated peak no choosable tensor can lower further is still taken if
+/// that peak is within this share of the budget above it: the budget's own evictions cover
+/// the few positions over it (a wide vocabulary's head, whose logits, their log-softmax and
+/// its gradient meet right after the forward pass, where no forward tensor can be dropped
+/// and read back later), for far less than segments replaying the whole forward pass.
+const SELECTION_OVERSHOOT: f64 = 0.2;
 /// How many of a step's eviction rounds under a plan the log names the position of.
 const PRESSURE_SEEN: usize = 8;
 /// Tensors holding less than the room under the budget divided by this are not selected: a
@@ -689,7 +695,8 @@ impl StepPlan {
         let room = limit.saturating_sub(record.base_live);
         let aim = SELECTION_AIM * self.segment_share;
         let target = record.base_live + (room as f64 * aim) as u64;
-        if let Some(selection) = record.select(target, limit, room / SELECTION_MIN_SHARE) {
+        let ceiling = limit.saturating_add((limit as f64 * SELECTION_OVERSHOOT) as u64);
+        if let Some(selection) = record.select(target, ceiling, room / SELECTION_MIN_SHARE) {
             if selection.count == 0 {
                 return None; // the step's exact peak fits
             }
@@ -1204,7 +1211,15 @@ impl StepRecord {
                     bytes,
                 });
             }
-            let pick = pick?;
+            let Some(pick) = pick else {
+                log::debug!(
+                    "frugal: step plan: no selection fits: {count} tensors of {bytes} B chosen, \
+                     the simulated peak {peak} B at position {at} (the forward pass ends at {}) \
+                     is over the ceiling {ceiling} B and no tensor held across it can be dropped",
+                    self.end
+                );
+                return None;
+            };
             let i = pick.position;
             chosen[i] = true;
             for &j in &inputs[i] {
