@@ -195,9 +195,10 @@ fn compare_sides(reference: &str, other: &str, vary: &[&str]) {
 }
 
 /// Every case on wgpu (Mesa's lavapipe in CI) and on Frugal<Wgpu>. Two runs can agree by
-/// chance, so the cases seen to vary are always treated as varying: atomic float adds, and
-/// `conv2d_x_backward`, which burn-cubecl autotunes among kernels that sum in different orders
-/// (each process picks by timing, so three processes side by side need not pick alike).
+/// chance, so the cases seen to vary are always treated as varying: atomic float adds, and the
+/// ops burn-cubecl autotunes among kernels that sum in different orders (each process picks
+/// by timing, so three processes side by side need not pick alike): `conv2d_x_backward`, and
+/// the transposed convolutions (direct or col2im).
 #[cfg(feature = "wgpu")]
 #[test]
 fn all_ops_on_wgpu() {
@@ -209,6 +210,8 @@ fn all_ops_on_wgpu() {
             "float_scatter_nd",
             "deform_conv2d_backward",
             "conv2d_x_backward",
+            "conv_transpose1d",
+            "conv_transpose2d",
         ],
     );
 }
