@@ -178,6 +178,27 @@ struct Args {
     /// Burn configurations always run CubeCL's.
     #[arg(long, value_enum, default_value = "auto")]
     products: ProductsArg,
+    /// How Frugal's attention backward runs (`--fused-attention`): kernel (the flash-attention
+    /// backward) or products (five matrix products where the attention's dtype's products run
+    /// on cuBLASLt; see `frugal::kernels::AttentionBackward`).
+    #[arg(long, value_enum, default_value = "kernel")]
+    attention_backward: AttentionBackwardArg,
+}
+
+/// `--attention-backward`, mapped onto [`frugal::kernels::AttentionBackward`].
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum AttentionBackwardArg {
+    Kernel,
+    Products,
+}
+
+impl AttentionBackwardArg {
+    fn choice(self) -> frugal::kernels::AttentionBackward {
+        match self {
+            AttentionBackwardArg::Kernel => frugal::kernels::AttentionBackward::Kernel,
+            AttentionBackwardArg::Products => frugal::kernels::AttentionBackward::Products,
+        }
+    }
 }
 
 /// `--products`, mapped onto [`frugal::kernels::Products`].
@@ -252,6 +273,9 @@ struct Line {
     fused_attention: bool,
     /// Forward and backward passes of Frugal's flash-attention kernels in this run.
     attention_kernel_passes: u64,
+    /// `--attention-backward`, and the attention backward passes run as products.
+    attention_backward: String,
+    attention_product_backwards: u64,
     /// `--products`, and the products run on cuBLASLt in this run (all steps).
     products: String,
     blas_products: u64,
@@ -728,6 +752,7 @@ fn run<A: AutodiffBackend>(
     let device = A::Device::default();
     frugal::kernels::set_mode(args.kernels.mode());
     frugal::kernels::set_products(args.products.products());
+    frugal::kernels::set_attention_backward(args.attention_backward.choice());
     if ledger && args.trace.is_some() {
         memory::record_timeline(&device, 1 << 22);
     }
@@ -895,6 +920,9 @@ fn run<A: AutodiffBackend>(
             + frugal::kernels::stats().attention_backwards
             - kernels_before.attention_forwards
             - kernels_before.attention_backwards,
+        attention_backward: format!("{:?}", args.attention_backward).to_lowercase(),
+        attention_product_backwards: frugal::kernels::stats().attention_product_backwards
+            - kernels_before.attention_product_backwards,
         products: format!("{:?}", args.products).to_lowercase(),
         blas_products: frugal::kernels::stats().blas_products - kernels_before.blas_products,
         optimizer: format!("{:?}", args.optimizer).to_lowercase(),

@@ -13,6 +13,14 @@
 //!    step queued, synced, timed; median over repetitions. `docs/runs/issue23/
 //!    torch_products.py` times the same list with `torch.matmul`.
 //!
+//! 3. **The attention backward as products** (`frugal::kernels::AttentionBackward`):
+//!    `frugal::nn::attention` under `Autodiff<Frugal<FrugalCuda>>`, its output and gradients
+//!    with the backward as five products on cuBLASLt against the flash-attention backward
+//!    kernel (differential cases: causal odd sizes, unmasked, a bias; f32 strict, f16, bf16,
+//!    fused and unfused), then both timed on the reference shapes (`[8, 12, 512, 64]`,
+//!    causal, forward + backward of 12 layers; `docs/runs/issue20/torch_attention.py` times
+//!    PyTorch's SDPA on them).
+//!
 //! ```sh
 //! cargo run --release -p frugal-benches --features frugal-cuda --bin products-throughput
 //! ```
@@ -24,7 +32,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, FloatDType, Tensor, TensorData};
 use clap::Parser;
 use frugal::Frugal;
-use frugal::kernels::{Products, set_products, stats};
+use frugal::kernels::{AttentionBackward, Products, set_attention_backward, set_products, stats};
+use frugal::nn::{AttentionOptions, attention};
 use frugal_benches::median;
 use frugal_cuda::{FrugalCuda, FrugalCudaDevice, FrugalCudaUnfused};
 use serde::Serialize;
@@ -44,9 +53,17 @@ struct Args {
     /// Tokens per step (batch × sequence).
     #[arg(long, default_value_t = 4096)]
     tokens: usize,
+    /// Comma-separated differential cases to run before timing: products, attention; empty
+    /// for none.
+    #[arg(long, value_delimiter = ',', default_values_t = ["products".to_string(), "attention".to_string()])]
+    checks: Vec<String>,
     /// Only the differential cases.
     #[arg(long)]
     check_only: bool,
+    /// Comma-separated dtypes to time the attention backward in (products against the
+    /// kernel): f32, bf16, f16; empty for none.
+    #[arg(long, value_delimiter = ',', default_values_t = ["bf16".to_string()])]
+    attention_dtypes: Vec<String>,
     /// Comma-separated dtypes to time: f32, bf16, f16.
     #[arg(long, value_delimiter = ',', default_values_t = ["f32".to_string(), "bf16".to_string()])]
     dtypes: Vec<String>,
@@ -297,6 +314,184 @@ fn check_backend<B: Backend>(
     }
 }
 
+/// The products setting under which `dtype`'s attention products run on cuBLASLt.
+fn attention_products(dtype: FloatDType) -> Products {
+    if dtype == FloatDType::F32 {
+        Products::Blas
+    } else {
+        Products::Auto
+    }
+}
+
+/// `frugal::nn::attention` forward and backward on `[b, h, s, d]` inputs: the output and the
+/// gradients of q, k and v, as the current settings compute them.
+fn attention_case<B: Backend>(
+    dtype: FloatDType,
+    shape: [usize; 4],
+    causal: bool,
+    bias: bool,
+    device: &B::Device,
+) -> Case {
+    type A<B> = Autodiff<B>;
+    let t = || random::<A<B>, 4>(shape, dtype, device);
+    let (q, k, v, g) = (t(), t(), t(), t());
+    let [b, h, s, _] = shape;
+    let bias = bias.then(|| random::<A<B>, 4>([b, h, s, s], dtype, device));
+    Box::new(move || {
+        let (q, k, v) = (
+            q.clone().detach().require_grad(),
+            k.clone().detach().require_grad(),
+            v.clone().detach().require_grad(),
+        );
+        let mut options = if causal {
+            AttentionOptions::causal()
+        } else {
+            AttentionOptions::new()
+        };
+        if let Some(bias) = &bias {
+            options = options.with_bias(bias.clone());
+        }
+        let out = attention(q.clone(), k.clone(), v.clone(), options);
+        let grads = (out.clone() * g.clone()).sum().backward();
+        vec![
+            out.into_data(),
+            q.grad(&grads).unwrap().into_data(),
+            k.grad(&grads).unwrap().into_data(),
+            v.grad(&grads).unwrap().into_data(),
+        ]
+    })
+}
+
+/// The attention backward as products against the kernel: output and gradients of each case.
+fn check_attention<B: Backend>(
+    backend: &'static str,
+    device: &B::Device,
+    dtypes: &[FloatDType],
+    failures: &mut usize,
+) where
+    B::Device: 'static,
+{
+    for &dtype in dtypes {
+        let products = attention_products(dtype);
+        set_products(products);
+        for (name, shape, causal, bias) in [
+            ("attention, causal, odd sizes", [2, 3, 33, 32], true, false),
+            ("attention, unmasked", [1, 2, 17, 64], false, false),
+            ("attention, bias, head dim 80", [2, 2, 40, 80], false, true),
+            (
+                "attention, causal, reference head",
+                [1, 4, 512, 64],
+                true,
+                false,
+            ),
+        ] {
+            let case = attention_case::<B>(dtype, shape, causal, bias, device);
+            set_attention_backward(AttentionBackward::Kernel);
+            let reference = case();
+            set_attention_backward(AttentionBackward::Products);
+            let before = stats();
+            let got = case();
+            let after = stats();
+            set_attention_backward(AttentionBackward::Kernel);
+            let by_products =
+                after.attention_product_backwards - before.attention_product_backwards;
+            let error = got
+                .into_iter()
+                .zip(reference)
+                .map(|(g, r)| rel_error(g, r))
+                .fold(0f64, f64::max);
+            let tol = tolerance(dtype);
+            let ok = error <= tol && by_products == 1;
+            if !ok {
+                *failures += 1;
+            }
+            let check = Check {
+                bench: "products-check",
+                case: name.to_string(),
+                backend,
+                dtype: format!("{dtype:?}").to_lowercase(),
+                products: "attention-backward-products".to_string(),
+                rel_error: error,
+                tolerance: tol,
+                blas_products: after.blas_products - before.blas_products,
+                ok,
+            };
+            println!("{}", serde_json::to_string(&check).unwrap());
+        }
+        set_products(Products::Auto);
+    }
+}
+
+/// One timed attention configuration.
+#[derive(Serialize)]
+struct AttentionTiming {
+    bench: &'static str,
+    dtype: String,
+    backward: String,
+    /// Forward and backward of all layers, synced.
+    step_ms: f64,
+    layers: usize,
+    shape: [usize; 4],
+    product_backwards_per_step: f64,
+}
+
+/// The reference step's attention alone (`[8, 12, 512, 64]`, causal, one call per layer),
+/// forward and backward under autodiff, with the backward computed as `backward` says.
+fn time_attention(args: &Args, dtype: FloatDType, backward: AttentionBackward) -> AttentionTiming {
+    type B = Autodiff<Frugal<FrugalCuda>>;
+    let device = FrugalCudaDevice::default();
+    let shape = [8, 12, 512, 64];
+    let inputs: Vec<_> = (0..args.layers)
+        .map(|_| [0; 4].map(|_| random::<B, 4>(shape, dtype, &device)))
+        .collect();
+    set_products(attention_products(dtype));
+    set_attention_backward(backward);
+    let step = || {
+        let mut loss = None;
+        let mut leaves = Vec::new();
+        for [q, k, v, g] in &inputs {
+            let (q, k, v) = (
+                q.clone().require_grad(),
+                k.clone().require_grad(),
+                v.clone().require_grad(),
+            );
+            let out = attention(q.clone(), k.clone(), v.clone(), AttentionOptions::causal());
+            let term = (out * g.clone()).sum();
+            loss = Some(match loss {
+                None => term,
+                Some(l) => l + term,
+            });
+            leaves.push(q);
+        }
+        let grads = loss.expect("at least one layer").backward();
+        // Reading one gradient keeps the backward's kernels from being dropped unexecuted.
+        let _ = leaves[0].grad(&grads);
+        <B as Backend>::sync(&device).expect("device sync");
+    };
+    for _ in 0..args.warmup {
+        step();
+    }
+    let before = stats().attention_product_backwards;
+    let mut times = Vec::with_capacity(args.reps);
+    for _ in 0..args.reps {
+        let start = Instant::now();
+        step();
+        times.push(start.elapsed().as_secs_f64());
+    }
+    let by_products = (stats().attention_product_backwards - before) as f64 / args.reps as f64;
+    set_attention_backward(AttentionBackward::Kernel);
+    set_products(Products::Auto);
+    AttentionTiming {
+        bench: "attention-step",
+        dtype: format!("{dtype:?}").to_lowercase(),
+        backward: format!("{backward:?}").to_lowercase(),
+        step_ms: median(&mut times) * 1e3,
+        layers: args.layers,
+        shape,
+        product_backwards_per_step: by_products,
+    }
+}
+
 /// The step's products: `(m, k, n)` of `x · W` for every linear layer.
 fn step_linears(layers: usize, tokens: usize) -> Vec<(usize, usize, usize)> {
     let mut out = Vec::new();
@@ -376,8 +571,37 @@ fn main() {
     let device = FrugalCudaDevice::default();
     let check_dtypes = [FloatDType::F32, FloatDType::F16, FloatDType::BF16];
     let mut failures = 0;
-    check_backend::<Frugal<FrugalCuda>>("fused", &device, &check_dtypes, &mut failures);
-    check_backend::<Frugal<FrugalCudaUnfused>>("unfused", &device, &check_dtypes, &mut failures);
+    for check in args.checks.iter().filter(|name| !name.is_empty()) {
+        match check.as_str() {
+            "products" => {
+                check_backend::<Frugal<FrugalCuda>>("fused", &device, &check_dtypes, &mut failures);
+                check_backend::<Frugal<FrugalCudaUnfused>>(
+                    "unfused",
+                    &device,
+                    &check_dtypes,
+                    &mut failures,
+                );
+            }
+            "attention" => {
+                check_attention::<Frugal<FrugalCuda>>(
+                    "fused",
+                    &device,
+                    &check_dtypes,
+                    &mut failures,
+                );
+                check_attention::<Frugal<FrugalCudaUnfused>>(
+                    "unfused",
+                    &device,
+                    &check_dtypes,
+                    &mut failures,
+                );
+            }
+            other => {
+                eprintln!("error: unknown check {other:?} (expected products or attention)");
+                std::process::exit(2);
+            }
+        }
+    }
     eprintln!("differential cases: {failures} failed");
     if failures > 0 {
         std::process::exit(1);
@@ -385,7 +609,14 @@ fn main() {
     if args.check_only {
         return;
     }
-    for name in &args.dtypes {
+    for name in args.attention_dtypes.iter().filter(|name| !name.is_empty()) {
+        let dtype = float_dtype(name);
+        for backward in [AttentionBackward::Kernel, AttentionBackward::Products] {
+            let timing = time_attention(&args, dtype, backward);
+            println!("{}", serde_json::to_string(&timing).unwrap());
+        }
+    }
+    for name in args.dtypes.iter().filter(|name| !name.is_empty()) {
         let dtype = float_dtype(name);
         let mut modes = vec![Products::Cube];
         modes.extend(blas_modes(dtype));

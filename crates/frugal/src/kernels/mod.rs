@@ -96,6 +96,8 @@ pub struct KernelStats {
     pub attention_forwards: u64,
     /// Attention backward passes run by Frugal's flash-attention kernels.
     pub attention_backwards: u64,
+    /// Attention backward passes run as matrix products (see [`AttentionBackward`]).
+    pub attention_product_backwards: u64,
     /// Matrix products run on cuBLASLt (counted when queued).
     pub blas_products: u64,
     /// Of the products, those registered as a custom operation of Burn's fusion (counted when
@@ -114,6 +116,7 @@ pub(crate) static FUSED_ADAMW8BIT: AtomicU64 = AtomicU64::new(0);
 pub(crate) static ATTENTION_FORWARDS: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
 pub(crate) static ATTENTION_BACKWARDS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static ATTENTION_PRODUCT_BACKWARDS: AtomicU64 = AtomicU64::new(0);
 
 #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
 pub(crate) static BLAS_PRODUCTS: AtomicU64 = AtomicU64::new(0);
@@ -132,6 +135,7 @@ pub fn stats() -> KernelStats {
         fused_adamw8bit: FUSED_ADAMW8BIT.load(Relaxed),
         attention_forwards: ATTENTION_FORWARDS.load(Relaxed),
         attention_backwards: ATTENTION_BACKWARDS.load(Relaxed),
+        attention_product_backwards: ATTENTION_PRODUCT_BACKWARDS.load(Relaxed),
         blas_products: BLAS_PRODUCTS.load(Relaxed),
         fused_blas_products: FUSED_BLAS_PRODUCTS.load(Relaxed),
     }
@@ -346,6 +350,70 @@ pub fn products() -> Products {
         3 => Products::Cube,
         _ => Products::Auto,
     }
+}
+
+/// How the attention backward pass computes its gradients on a CubeCL backend (the portable
+/// path, for other backends, is unaffected).
+///
+/// The kernel is the default: on the reference GPT step in bf16 the products path runs the
+/// attention alone faster but the training step slower (its `seq × seq` element-wise passes
+/// and the transients between the products; `docs/results.md`, session 34).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionBackward {
+    /// Frugal's flash-attention backward kernel: no `seq × seq` tensor at any time.
+    #[default]
+    Kernel,
+    /// Five matrix products over each `(batch, head)`'s whole score matrix, recomputed from
+    /// the saved logsumexp, with the element-wise work in f32 between them: on tensor cores
+    /// through cuBLASLt, for `seq × seq` scores held transiently while one layer's backward
+    /// runs (never between the passes). Only where the attention's dtype's products run on
+    /// cuBLASLt (see [`Products`]: f16 and bf16 by default, f32 under [`Products::Blas`] or
+    /// [`Products::BlasTf32`]); elsewhere the kernel.
+    Products,
+}
+
+static ATTENTION_BACKWARD: AtomicU8 = AtomicU8::new(0);
+
+/// Sets how the attention backward pass runs, for every device (default
+/// [`AttentionBackward::Kernel`]).
+pub fn set_attention_backward(choice: AttentionBackward) {
+    ATTENTION_BACKWARD.store(
+        match choice {
+            AttentionBackward::Kernel => 0,
+            AttentionBackward::Products => 1,
+        },
+        Relaxed,
+    );
+}
+
+/// The current [`AttentionBackward`] setting.
+pub fn attention_backward_choice() -> AttentionBackward {
+    match ATTENTION_BACKWARD.load(Relaxed) {
+        1 => AttentionBackward::Products,
+        _ => AttentionBackward::Kernel,
+    }
+}
+
+/// Whether products of `dtype` on `B`'s primitives run on cuBLASLt under the current
+/// settings (frugal-cuda's runtime, fused or not, with the library present).
+#[cfg_attr(
+    not(feature = "frugal-cuda"),
+    allow(clippy::extra_unused_type_parameters, unused_variables)
+)]
+pub(crate) fn products_on_library<B: Backend>(dtype: burn_backend::DType) -> bool {
+    #[cfg(feature = "frugal-cuda")]
+    {
+        if mode() != KernelMode::Never && products().blas_for(dtype).is_some() {
+            return products::takes::<B::FloatTensorPrimitive>();
+        }
+    }
+    false
+}
+
+/// Whether the attention backward of `dtype` on `B`'s primitives runs as matrix products
+/// (see [`AttentionBackward`]).
+pub(crate) fn attention_backward_by_products<B: Backend>(dtype: burn_backend::DType) -> bool {
+    attention_backward_choice() == AttentionBackward::Products && products_on_library::<B>(dtype)
 }
 
 /// Which product a [`ProductSlot`] holds.

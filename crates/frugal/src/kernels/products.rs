@@ -45,6 +45,14 @@ fn library_present() -> bool {
     })
 }
 
+/// Whether products of `P`'s primitives run on cuBLASLt: frugal-cuda's tensors, fused or
+/// not, with the library present.
+pub(crate) fn takes<P: 'static>() -> bool {
+    use std::any::TypeId;
+    let id = TypeId::of::<P>();
+    (id == TypeId::of::<Tensor>() || id == TypeId::of::<Fused>()) && library_present()
+}
+
 fn product(call: ProductCall) -> Product {
     match call {
         ProductCall::Matmul => Product::Matmul,

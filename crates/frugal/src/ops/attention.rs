@@ -307,6 +307,17 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
     let grad = cast_to::<B>(grad, saved.out.dtype());
     let state = saved.q.state();
     state.count_call(op(Op::attention));
+    if saved.by_kernel && kernels::attention_backward_by_products::<B>(saved.q.dtype()) {
+        kernels::ATTENTION_PRODUCT_BACKWARDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The kernels' f32 `[b, h, sq]` logsumexp, with the row dimension products read.
+        let lse = Tensor::<Frugal<B>, 3>::from_primitive(TensorPrimitive::Float(saved.lse))
+            .unsqueeze_dim::<4>(3)
+            .into_primitive()
+            .tensor();
+        return portable::backward_by_products::<Frugal<B>>(
+            saved.q, saved.k, saved.v, saved.bias, saved.out, lse, grad, saved.call,
+        );
+    }
     if saved.by_kernel {
         let held = hold::<B, _>([&saved.q, &saved.k, &saved.v, &saved.out, &saved.lse, &grad]);
         let held_bias = saved.bias.as_ref().map(|b| b.clone().split_view());
@@ -513,5 +524,138 @@ pub(crate) mod portable {
             dk.into_primitive().tensor(),
             dv.into_primitive().tensor(),
         ]
+    }
+
+    /// The gradients of q, k and v as five matrix products over each `(batch, head)`'s whole
+    /// score matrix, in q's dtype (on tensor cores where the backend's products use them),
+    /// with the probabilities recomputed from the f32 logsumexp `lse` (`[b, h, sq, 1]`) and
+    /// the element-wise work between the products in f32.
+    ///
+    /// Memory: the scores, the probabilities (f32 and in q's dtype), their gradient and its
+    /// low-precision copy are `seq_q × seq_k` per `(batch, head)` and live only while this
+    /// call runs; nothing of the size is kept from the forward pass.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn backward_by_products<B: Backend>(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        bias: Option<FloatTensor<B>>,
+        out: FloatTensor<B>,
+        lse: FloatTensor<B>,
+        grad_out: FloatTensor<B>,
+        call: AttentionCall,
+    ) -> [FloatTensor<B>; 3] {
+        let (q, k, v) = (tensor::<B, 4>(q), tensor::<B, 4>(k), tensor::<B, 4>(v));
+        let (out, lse, grad_out) = (
+            tensor::<B, 4>(out),
+            tensor::<B, 4>(lse).cast(DType::F32),
+            tensor::<B, 4>(grad_out),
+        );
+        let dtype = q.dtype();
+        let [_, _, seq_q, _] = q.dims();
+        let seq_k = k.dims()[2];
+        let mut s = q
+            .clone()
+            .matmul(k.clone().swap_dims(2, 3))
+            .cast(DType::F32)
+            .mul_scalar(call.scale);
+        if let Some(bias) = bias {
+            s = s + tensor::<B, 4>(bias).cast(DType::F32);
+        }
+        if call.causal {
+            s = s.mask_fill(
+                causal_mask::<B>(0, seq_q, seq_k, &q.device()),
+                f32::NEG_INFINITY,
+            );
+        }
+        let p = (s - lse).exp();
+        let grad_v = p
+            .clone()
+            .cast(dtype)
+            .swap_dims(2, 3)
+            .matmul(grad_out.clone());
+        let grad_p = grad_out.clone().matmul(v.swap_dims(2, 3)).cast(DType::F32);
+        // D = rowsum(dO ∘ O), the softmax's correction, accumulated in f32.
+        let delta = (grad_out.cast(DType::F32) * out.cast(DType::F32)).sum_dim(3);
+        let grad_s = (p * (grad_p - delta)).mul_scalar(call.scale).cast(dtype);
+        let grad_q = grad_s.clone().matmul(k);
+        let grad_k = grad_s.swap_dims(2, 3).matmul(q);
+        [
+            grad_q.into_primitive().tensor(),
+            grad_k.into_primitive().tensor(),
+            grad_v.into_primitive().tensor(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+    use burn_tensor::{Distribution, Tensor, TensorPrimitive};
+
+    use super::portable;
+    use crate::kernels::AttentionCall;
+
+    type B = NdArray;
+
+    fn input(shape: [usize; 4], seed: u64) -> Tensor<B, 4> {
+        <B as burn_backend::Backend>::seed(&Default::default(), seed);
+        Tensor::random(shape, Distribution::Uniform(-1.0, 1.0), &Default::default())
+    }
+
+    /// The products backward against the per-block one, both on the portable forward's
+    /// logsumexp: causal and not, a bias, rows not a multiple of a block, a longer key side.
+    #[test]
+    fn the_backward_as_products_gives_the_per_block_gradients() {
+        for (shape, seq_k, causal, bias) in [
+            ([2, 3, 70, 16], 70, true, false),
+            ([1, 2, 33, 8], 41, false, true),
+            ([1, 1, 130, 32], 130, true, true),
+        ] {
+            let [b, h, sq, d] = shape;
+            let q = input(shape, 1);
+            let k = input([b, h, seq_k, d], 2);
+            let v = input([b, h, seq_k, d], 3);
+            let g = input(shape, 4);
+            let bias = bias.then(|| input([b, h, sq, seq_k], 5));
+            let call = AttentionCall {
+                causal,
+                scale: 1.0 / (d as f32).sqrt(),
+            };
+            let p = |t: &Tensor<B, 4>| t.clone().into_primitive().tensor();
+            let (out, lse) =
+                portable::forward::<B>(p(&q), p(&k), p(&v), bias.as_ref().map(p), call);
+            let args = || {
+                (
+                    p(&q),
+                    p(&k),
+                    p(&v),
+                    bias.as_ref().map(p),
+                    out.clone(),
+                    lse.clone(),
+                    p(&g),
+                )
+            };
+            let (q1, k1, v1, b1, o1, l1, g1) = args();
+            let want = portable::backward::<B>(q1, k1, v1, b1, o1, l1, g1, call);
+            let (q2, k2, v2, b2, o2, l2, g2) = args();
+            let got = portable::backward_by_products::<B>(q2, k2, v2, b2, o2, l2, g2, call);
+            for (name, (got, want)) in ["q", "k", "v"].iter().zip(got.into_iter().zip(want)) {
+                let read = |t| {
+                    Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(t))
+                        .into_data()
+                        .to_vec::<f32>()
+                        .unwrap()
+                };
+                let (got, want) = (read(got), read(want));
+                assert!(want.iter().any(|x| x.abs() > 1e-3), "{name}: all but zero");
+                for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - e).abs() <= 1e-5 + 1e-4 * e.abs(),
+                        "grad {name} {shape:?} causal {causal}: [{i}] {a} vs {e}"
+                    );
+                }
+            }
+        }
     }
 }
