@@ -250,13 +250,18 @@ pub struct AllocatorPeaks {
     pub growth_limit_passes: u64,
 }
 
+/// frugal-cuda's allocator statistics on `device`; `None` on other devices (and in builds
+/// without frugal-cuda).
+#[cfg(feature = "frugal-cuda")]
+fn frugal_cuda_stats<D: 'static>(device: &D) -> Option<frugal_cuda::allocator::Stats> {
+    let device = (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()?;
+    Some(frugal_cuda::memory_report(device).stats)
+}
+
 /// frugal-cuda's allocator peaks on `device`; `None` on other devices.
 pub fn allocator_peaks<D: 'static>(device: &D) -> Option<AllocatorPeaks> {
     #[cfg(feature = "frugal-cuda")]
-    if let Some(device) =
-        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
-    {
-        let stats = frugal_cuda::memory_report(device).stats;
+    if let Some(stats) = frugal_cuda_stats(device) {
         return Some(AllocatorPeaks {
             allocated: stats.peak_allocated_bytes,
             reserved: stats.peak_reserved_bytes,
@@ -335,10 +340,7 @@ fn calls_ms(calls: frugal_cuda::allocator::CallTime) -> CallsMs {
 /// frugal-cuda's allocator counters on `device`; `None` on other devices.
 pub fn allocator_counters<D: 'static>(device: &D) -> Option<AllocatorCounters> {
     #[cfg(feature = "frugal-cuda")]
-    if let Some(device) =
-        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
-    {
-        let stats = frugal_cuda::memory_report(device).stats;
+    if let Some(stats) = frugal_cuda_stats(device) {
         return Some(AllocatorCounters {
             mapped_bytes: stats.mapped_bytes,
             unmapped_bytes: stats.unmapped_bytes,
