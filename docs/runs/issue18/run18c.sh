@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 # CubeCL's autotune cache and frugal-cuda's compiled kernels, carried from the last call (a
 # warm machine keeps both under target/ anyway).
 export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
-[ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ] && (cd .. && tar xzf .gpu/cubecl-cache.tgz)
+mkdir -p ../target; [ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ] && tar xzf cubecl-cache.tgz -C ../target
 for f in peak-memory gpt gpt-old; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 if [ -n "${TORCH:-}" ]; then

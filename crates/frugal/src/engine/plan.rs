@@ -28,12 +28,14 @@
 //! whose simulated peak fits. The ends of segments fall on the same tensors every step, so the
 //! same tensors are dropped and recomputed in the same order each time.
 //!
-//! Tensors that outlive the step (parameters, optimizer state) stay on the device unless no
-//! segments fit without moving some of them. Then the plan parks optimizer state: tensors the
+//! Tensors that outlive the step (parameters, optimizer state) stay on the device unless
+//! neither a selection (see [`StepRecord::select`]) nor segments fit without moving some of
+//! them. Then the plan parks optimizer state: tensors the
 //! step made for the next one that the next one first reads only after its forward pass (an
 //! optimizer's moments). They go to host memory in one batch when the forward pass begins and
 //! come back when the optimizer reads them: one copy each way per step, never bounced per op.
-//! The plan parks the fewest bytes (those read last first) whose simulated step fits.
+//! The plan parks the fewest bytes (those read last first) with which a selection fits, or
+//! else segments.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -696,34 +698,33 @@ impl StepPlan {
         let aim = SELECTION_AIM * self.segment_share;
         let target = record.base_live + (room as f64 * aim) as u64;
         let ceiling = limit.saturating_add((limit as f64 * SELECTION_OVERSHOOT) as u64);
-        if let Some(selection) = record.select(target, ceiling, room / SELECTION_MIN_SHARE) {
-            if selection.count == 0 {
-                return None; // the step's exact peak fits
+        // Parameters and optimizer state stay unless nothing fits without moving some: then
+        // the fewest bytes of optimizer state, read last first, with which a selection (or
+        // else segments) fits.
+        let parkable = record.parkable();
+        let total: u64 = parkable.iter().map(|&(_, _, bytes)| bytes).sum();
+        // The parkable state's tensors in up to `PARK_STEPS` equal parts: (tensors, bytes and
+        // first read) at each level, none first.
+        let mut park_levels: Vec<(usize, Parked)> = Vec::new();
+        for eighth in 0..=PARK_STEPS {
+            let target = total * eighth / PARK_STEPS;
+            let mut count = 0;
+            let mut parked = Parked::NONE;
+            while parked.bytes < target {
+                let (first_read, _, bytes) = parkable[count];
+                parked.bytes += bytes;
+                parked.until = first_read;
+                count += 1;
             }
-            log::debug!(
-                "frugal: step plan: forward pass of {end} tensors, estimated peak \
-                 {unsegmented} B over a budget of {limit} B: {} tensors of {} B dropped at {} \
-                 cuts and recomputed alone, estimated peak {} B (aim {target} B)",
-                selection.count,
-                selection.bytes,
-                selection.cuts.len() - 1,
-                selection.peak,
-            );
-            return Some(Segments {
-                period,
-                anchor,
-                cuts: selection.cuts,
-                end,
-                last_read: selection.last_read.into(),
-                segment_bytes: 0,
-                estimated_peak: selection.peak,
-                park: Vec::new(),
-                parked_bytes: 0,
-                parked_until: 0,
-                selective: true,
-                selected_bytes: selection.bytes,
-            });
+            if park_levels.last().is_none_or(|&(tried, _)| tried != count) {
+                park_levels.push((count, parked));
+            }
         }
+        let park_list = |count: usize| {
+            let mut park: Vec<u64> = parkable[..count].iter().map(|&(_, q, _)| q).collect();
+            park.sort_unstable();
+            park
+        };
         // Larger segments keep fewer checkpoints in the forward pass but bring more back at
         // once in the backward pass: the largest share of the room whose simulated step fits
         // the budget, or else the one whose simulated peak is lowest.
@@ -756,26 +757,44 @@ impl StepPlan {
             }
             best.map(|best| (best, room))
         };
-        // Parameters and optimizer state stay unless no segments fit without moving some:
-        // then the fewest bytes of optimizer state, read last first, whose step fits.
-        let parkable = record.parkable();
-        let total: u64 = parkable.iter().map(|&(_, _, bytes)| bytes).sum();
+        // At each amount of parked state, the fewest first: a selection (it recomputes far
+        // less), else segments.
         let mut best: Option<(Cutting, u64, usize, Parked)> = None;
-        let mut tried = usize::MAX;
-        for eighth in 0..=PARK_STEPS {
-            let target = total * eighth / PARK_STEPS;
-            let mut count = 0;
-            let mut parked = Parked::NONE;
-            while parked.bytes < target {
-                let (first_read, _, bytes) = parkable[count];
-                parked.bytes += bytes;
-                parked.until = first_read;
-                count += 1;
+        for &(count, parked) in &park_levels {
+            if let Some(selection) =
+                record.select(target, ceiling, room / SELECTION_MIN_SHARE, parked)
+            {
+                if selection.count == 0 && count == 0 {
+                    return None; // the step's exact peak fits
+                }
+                log::debug!(
+                    "frugal: step plan: forward pass of {end} tensors, estimated peak \
+                     {unsegmented} B over a budget of {limit} B: {} tensors of {} B dropped at \
+                     {} cuts and recomputed alone, {} B of optimizer state ({count} tensors) \
+                     parked in host memory until position {}, estimated peak {} B (aim \
+                     {target} B)",
+                    selection.count,
+                    selection.bytes,
+                    selection.cuts.len() - 1,
+                    parked.bytes,
+                    parked.until,
+                    selection.peak,
+                );
+                return Some(Segments {
+                    period,
+                    anchor,
+                    cuts: selection.cuts,
+                    end,
+                    last_read: selection.last_read.into(),
+                    segment_bytes: 0,
+                    estimated_peak: selection.peak,
+                    park: park_list(count),
+                    parked_bytes: parked.bytes,
+                    parked_until: parked.until,
+                    selective: true,
+                    selected_bytes: selection.bytes,
+                });
             }
-            if count == tried {
-                continue;
-            }
-            tried = count;
             let Some((found, room)) = search(parked) else {
                 continue;
             };
@@ -800,8 +819,7 @@ impl StepPlan {
         ) = best?;
         self.segment_share = share;
         let segment_bytes = (room as f64 * share) as u64;
-        let mut park: Vec<u64> = parkable[..count].iter().map(|&(_, q, _)| q).collect();
-        park.sort_unstable();
+        let park = park_list(count);
         log::debug!(
             "frugal: step plan: forward pass of {end} tensors, estimated peak {unsegmented} B \
              over a budget of {limit} B: {} segments of about {segment_bytes} B kept for the \
@@ -1105,8 +1123,14 @@ impl StepRecord {
     /// tensors of fewer than `min_bytes` are left. When nothing more can be chosen short of
     /// `target`, the choice so far is taken if its peak is at most `ceiling` (the budget
     /// itself: a step a little over the aim still recomputes far less than under segments);
-    /// `None` otherwise.
-    fn select(&self, target: u64, ceiling: u64, min_bytes: u64) -> Option<Selection> {
+    /// `None` otherwise. `parked` bytes are away from the step's start until their first read.
+    fn select(
+        &self,
+        target: u64,
+        ceiling: u64,
+        min_bytes: u64,
+        parked: Parked,
+    ) -> Option<Selection> {
         let (p, end) = (self.bytes.len(), self.end as usize);
         let last_forward = |i: usize| {
             let forward = self.reads[i].iter().filter(|&&r| (r as usize) < end).max();
@@ -1163,9 +1187,13 @@ impl StepRecord {
         let at_start = change[0];
         let mut held = Vec::with_capacity(p);
         let mut sum = 0i64;
-        for c in &change[..p] {
+        for (position, c) in change[..p].iter().enumerate() {
             sum += c;
-            held.push(sum);
+            let away = match (position as u64) < parked.until {
+                true => parked.bytes as i64,
+                false => 0,
+            };
+            held.push(sum - away);
         }
         let mut chosen = vec![false; end];
         // Inputs of a chosen tensor: recomputing it needs them, so they stay.
@@ -1770,8 +1798,11 @@ mod tests {
         };
         // Held from the step's start: 100 bytes at positions 4 to 6 (all of x, a, b).
         let cheap_a = record([2.0, 20.0]);
-        assert_eq!(cheap_a.select(100, 100, 0).map(|s| s.count), Some(0));
-        let chosen = cheap_a.select(95, 95, 0).expect("a fits");
+        assert_eq!(
+            cheap_a.select(100, 100, 0, Parked::NONE).map(|s| s.count),
+            Some(0)
+        );
+        let chosen = cheap_a.select(95, 95, 0, Parked::NONE).expect("a fits");
         assert_eq!((chosen.count, chosen.bytes, chosen.peak), (1, 40, 90));
         // `a` goes as `c` is made, after `b` (made at 2) read it; back when the backward
         // pass reads it.
@@ -1786,18 +1817,33 @@ mod tests {
         );
         // Position 3 still holds x, a, b and c: nothing held across it can be dropped
         // before it, and `b` may not go beside `a`, its dropped input.
-        assert!(cheap_a.select(85, 85, 0).is_none());
+        assert!(cheap_a.select(85, 85, 0, Parked::NONE).is_none());
         // Short of the aim but within the ceiling, the choice that got lowest is taken.
-        let short = cheap_a.select(85, 90, 0).expect("within the ceiling");
+        let short = cheap_a
+            .select(85, 90, 0, Parked::NONE)
+            .expect("within the ceiling");
         assert_eq!((short.count, short.peak), (1, 90));
         // A cheaper `b` is no help: it goes only as `d` is made (position 4, the peak's
         // first position), so `a` goes all the same.
         let cheap_b = record([30.0, 2.0]);
-        let chosen = cheap_b.select(95, 95, 0).expect("a fits");
+        let chosen = cheap_b.select(95, 95, 0, Parked::NONE).expect("a fits");
         assert_eq!(chosen.cuts, vec![0, 3]);
         assert_eq!((chosen.last_read[1], chosen.last_read[2]), (2, u64::MAX));
         // Too small to be worth an op.
-        assert!(cheap_a.select(95, 95, 41).is_none());
+        assert!(cheap_a.select(95, 95, 41, Parked::NONE).is_none());
+        // Optimizer state parked across the peak lowers it by its bytes; back before the
+        // peak (position 3, once `a` is chosen) it does not.
+        let across = Parked {
+            bytes: 10,
+            until: 9,
+        };
+        let parked = cheap_a.select(85, 85, 0, across).expect("fits with 10 B away");
+        assert_eq!((parked.count, parked.peak), (1, 80));
+        let before = Parked {
+            bytes: 10,
+            until: 3,
+        };
+        assert!(cheap_a.select(85, 85, 0, before).is_none());
     }
 
     #[test]
