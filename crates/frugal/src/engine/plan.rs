@@ -1837,7 +1837,9 @@ mod tests {
             bytes: 10,
             until: 9,
         };
-        let parked = cheap_a.select(85, 85, 0, across).expect("fits with 10 B away");
+        let parked = cheap_a
+            .select(85, 85, 0, across)
+            .expect("fits with 10 B away");
         assert_eq!((parked.count, parked.peak), (1, 80));
         let before = Parked {
             bytes: 10,
