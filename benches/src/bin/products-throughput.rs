@@ -127,6 +127,22 @@ fn blas_modes(dtype: FloatDType) -> Vec<Products> {
     }
 }
 
+/// The largest [`rel_error`] over a case's outputs.
+fn max_error(got: Vec<TensorData>, reference: Vec<TensorData>) -> f64 {
+    got.into_iter()
+        .zip(reference)
+        .map(|(g, r)| rel_error(g, r))
+        .fold(0f64, f64::max)
+}
+
+/// Prints `check`'s line; counts it in `failures` if it failed.
+fn report(check: Check, failures: &mut usize) {
+    if !check.ok {
+        *failures += 1;
+    }
+    println!("{}", serde_json::to_string(&check).unwrap());
+}
+
 /// Largest `|a - b|` over the largest `|b|`.
 fn rel_error(a: TensorData, b: TensorData) -> f64 {
     let a = a.convert::<f32>().to_vec::<f32>().unwrap();
@@ -283,28 +299,23 @@ fn check_backend<B: Backend>(
                     let got = case();
                     let blas = stats().blas_products - before;
                     set_products(Products::Cube);
-                    let error = got
-                        .into_iter()
-                        .zip(reference)
-                        .map(|(g, r)| rel_error(g, r))
-                        .fold(0f64, f64::max);
+                    let error = max_error(got, reference);
                     let tol = tolerance(dtype);
                     let ok = error <= tol && (!expect_blas || blas > 0);
-                    if !ok {
-                        *failures += 1;
-                    }
-                    let check = Check {
-                        bench: "products-check",
-                        case: name.to_string(),
-                        backend,
-                        dtype: format!("{dtype:?}").to_lowercase(),
-                        products: format!("{products:?}").to_lowercase(),
-                        rel_error: error,
-                        tolerance: tol,
-                        blas_products: blas,
-                        ok,
-                    };
-                    println!("{}", serde_json::to_string(&check).unwrap());
+                    report(
+                        Check {
+                            bench: "products-check",
+                            case: name.to_string(),
+                            backend,
+                            dtype: format!("{dtype:?}").to_lowercase(),
+                            products: format!("{products:?}").to_lowercase(),
+                            rel_error: error,
+                            tolerance: tol,
+                            blas_products: blas,
+                            ok,
+                        },
+                        failures,
+                    );
                 };
             for (name, expect_blas, case) in &mut all {
                 run_case(name, *expect_blas, case.as_ref());
@@ -395,28 +406,23 @@ fn check_attention<B: Backend>(
             set_attention_backward(AttentionBackward::Kernel);
             let by_products =
                 after.attention_product_backwards - before.attention_product_backwards;
-            let error = got
-                .into_iter()
-                .zip(reference)
-                .map(|(g, r)| rel_error(g, r))
-                .fold(0f64, f64::max);
+            let error = max_error(got, reference);
             let tol = tolerance(dtype);
             let ok = error <= tol && by_products == 1;
-            if !ok {
-                *failures += 1;
-            }
-            let check = Check {
-                bench: "products-check",
-                case: name.to_string(),
-                backend,
-                dtype: format!("{dtype:?}").to_lowercase(),
-                products: "attention-backward-products".to_string(),
-                rel_error: error,
-                tolerance: tol,
-                blas_products: after.blas_products - before.blas_products,
-                ok,
-            };
-            println!("{}", serde_json::to_string(&check).unwrap());
+            report(
+                Check {
+                    bench: "products-check",
+                    case: name.to_string(),
+                    backend,
+                    dtype: format!("{dtype:?}").to_lowercase(),
+                    products: "attention-backward-products".to_string(),
+                    rel_error: error,
+                    tolerance: tol,
+                    blas_products: after.blas_products - before.blas_products,
+                    ok,
+                },
+                failures,
+            );
         }
         set_products(Products::Auto);
     }
