@@ -357,7 +357,7 @@ pub fn products() -> Products {
 ///
 /// The kernel is the default: on the reference GPT step in bf16 the products path runs the
 /// attention alone faster but the training step slower (its `seq × seq` element-wise passes
-/// and the transients between the products; `docs/results.md`, session 34).
+/// and the transients between the products; see `docs/results.md`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionBackward {
     /// Frugal's flash-attention backward kernel: no `seq × seq` tensor at any time.
