@@ -9,7 +9,11 @@ cd "$(dirname "$0")"
 # CubeCL's autotune cache and frugal-cuda's compiled kernels, carried from the last call (a
 # warm machine keeps both under target/ anyway).
 export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
-mkdir -p ../target; [ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ] && tar xzf cubecl-cache.tgz -C ../target
+# The cache is tarred from target/ (autotune/, frugal-cuda-kernels/); older ones carry the target/ prefix.
+mkdir -p ../target
+if [ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ]; then
+  case "$(tar tzf cubecl-cache.tgz | head -1)" in target/*) tar xzf cubecl-cache.tgz -C .. ;; *) tar xzf cubecl-cache.tgz -C ../target ;; esac
+fi
 for f in peak-memory gpt gpt-old; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 if [ -n "${TORCH:-}" ]; then
@@ -69,5 +73,5 @@ for l in open(os.environ['OUT'] + '/frugal.jsonl'):
           {k: a.get(k) for k in ['peak_reserved_bytes','peak_allocated_bytes']},
           [round(x, 1) for x in d.get('step_ms', [])], [round(x, 6) for x in d.get('losses', [])])
 PY
-(cd .. && tar czf $OUT/cubecl-cache.tgz target/autotune target/frugal-cuda-kernels 2>/dev/null)
+(cd ../target && tar czf $OUT/cubecl-cache.tgz autotune frugal-cuda-kernels 2>/dev/null)
 ls -la $OUT/cubecl-cache.tgz

@@ -8,8 +8,11 @@
 set -u
 cd "$(dirname "$0")"
 export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
+# The cache is tarred from target/ (autotune/, frugal-cuda-kernels/); older ones carry the target/ prefix.
 mkdir -p ../target
-[ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ] && tar xzf cubecl-cache.tgz -C ../target
+if [ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ]; then
+  case "$(tar tzf cubecl-cache.tgz | head -1)" in target/*) tar xzf cubecl-cache.tgz -C .. ;; *) tar xzf cubecl-cache.tgz -C ../target ;; esac
+fi
 for f in peak-memory products-throughput; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 if [ -x products-throughput ] && [ "${PRODUCTS:-1}" != 0 ]; then
