@@ -314,9 +314,10 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
             .unsqueeze_dim::<4>(3)
             .into_primitive()
             .tensor();
-        return portable::backward_by_products::<Frugal<B>>(
-            saved.q, saved.k, saved.v, saved.bias, saved.out, lse, grad, saved.call,
+        let inputs = portable::BackwardInputs::new(
+            saved.q, saved.k, saved.v, saved.bias, saved.out, lse, grad,
         );
+        return portable::backward_by_products::<Frugal<B>>(inputs, saved.call);
     }
     if saved.by_kernel {
         let held = hold::<B, _>([&saved.q, &saved.k, &saved.v, &saved.out, &saved.lse, &grad]);
@@ -355,9 +356,9 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
     } else {
         saved.lse
     };
-    portable::backward::<Frugal<B>>(
-        saved.q, saved.k, saved.v, saved.bias, saved.out, lse, grad, saved.call,
-    )
+    let inputs =
+        portable::BackwardInputs::new(saved.q, saved.k, saved.v, saved.bias, saved.out, lse, grad);
+    portable::backward::<Frugal<B>>(inputs, saved.call)
 }
 
 /// Attention on any backend's own ops, per block of query rows: no tensor of more than
@@ -464,25 +465,56 @@ pub(crate) mod portable {
         )
     }
 
+    /// What the backward pass reads: the forward's inputs, its output, each query row's
+    /// logsumexp (`[b, h, sq, 1]`) and the output's gradient.
+    pub(crate) struct BackwardInputs<B: Backend> {
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        bias: Option<Tensor<B, 4>>,
+        out: Tensor<B, 4>,
+        lse: Tensor<B, 4>,
+        grad_out: Tensor<B, 4>,
+    }
+
+    impl<B: Backend> BackwardInputs<B> {
+        /// The inputs from their primitives.
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) fn new(
+            q: FloatTensor<B>,
+            k: FloatTensor<B>,
+            v: FloatTensor<B>,
+            bias: Option<FloatTensor<B>>,
+            out: FloatTensor<B>,
+            lse: FloatTensor<B>,
+            grad_out: FloatTensor<B>,
+        ) -> Self {
+            Self {
+                q: tensor(q),
+                k: tensor(k),
+                v: tensor(v),
+                bias: bias.map(tensor),
+                out: tensor(out),
+                lse: tensor(lse),
+                grad_out: tensor(grad_out),
+            }
+        }
+    }
+
     /// The gradients of q, k and v.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn backward<B: Backend>(
-        q: FloatTensor<B>,
-        k: FloatTensor<B>,
-        v: FloatTensor<B>,
-        bias: Option<FloatTensor<B>>,
-        out: FloatTensor<B>,
-        lse: FloatTensor<B>,
-        grad_out: FloatTensor<B>,
+        inputs: BackwardInputs<B>,
         call: AttentionCall,
     ) -> [FloatTensor<B>; 3] {
-        let (q, k, v) = (tensor::<B, 4>(q), tensor::<B, 4>(k), tensor::<B, 4>(v));
-        let (out, lse, grad_out) = (
-            tensor::<B, 4>(out),
-            tensor::<B, 4>(lse),
-            tensor::<B, 4>(grad_out),
-        );
-        let bias = bias.map(tensor::<B, 4>);
+        let BackwardInputs {
+            q,
+            k,
+            v,
+            bias,
+            out,
+            lse,
+            grad_out,
+        } = inputs;
         let [b, h, seq_q, _] = q.dims();
         let seq_k = k.dims()[2];
         let step = block_rows(b * h, seq_q, seq_k);
@@ -534,23 +566,20 @@ pub(crate) mod portable {
     /// Memory: the scores, the probabilities (f32 and in q's dtype), their gradient and its
     /// low-precision copy are `seq_q × seq_k` per `(batch, head)` and live only while this
     /// call runs; nothing of the size is kept from the forward pass.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn backward_by_products<B: Backend>(
-        q: FloatTensor<B>,
-        k: FloatTensor<B>,
-        v: FloatTensor<B>,
-        bias: Option<FloatTensor<B>>,
-        out: FloatTensor<B>,
-        lse: FloatTensor<B>,
-        grad_out: FloatTensor<B>,
+        inputs: BackwardInputs<B>,
         call: AttentionCall,
     ) -> [FloatTensor<B>; 3] {
-        let (q, k, v) = (tensor::<B, 4>(q), tensor::<B, 4>(k), tensor::<B, 4>(v));
-        let (out, lse, grad_out) = (
-            tensor::<B, 4>(out),
-            tensor::<B, 4>(lse).cast(DType::F32),
-            tensor::<B, 4>(grad_out),
-        );
+        let BackwardInputs {
+            q,
+            k,
+            v,
+            bias,
+            out,
+            lse,
+            grad_out,
+        } = inputs;
+        let lse = lse.cast(DType::F32);
         let dtype = q.dtype();
         let [_, _, seq_q, _] = q.dims();
         let seq_k = k.dims()[2];
@@ -560,7 +589,7 @@ pub(crate) mod portable {
             .cast(DType::F32)
             .mul_scalar(call.scale);
         if let Some(bias) = bias {
-            s = s + tensor::<B, 4>(bias).cast(DType::F32);
+            s = s + bias.cast(DType::F32);
         }
         if call.causal {
             s = s.mask_fill(
@@ -625,8 +654,8 @@ mod tests {
             let p = |t: &Tensor<B, 4>| t.clone().into_primitive().tensor();
             let (out, lse) =
                 portable::forward::<B>(p(&q), p(&k), p(&v), bias.as_ref().map(p), call);
-            let args = || {
-                (
+            let inputs = || {
+                portable::BackwardInputs::new(
                     p(&q),
                     p(&k),
                     p(&v),
@@ -636,10 +665,8 @@ mod tests {
                     p(&g),
                 )
             };
-            let (q1, k1, v1, b1, o1, l1, g1) = args();
-            let want = portable::backward::<B>(q1, k1, v1, b1, o1, l1, g1, call);
-            let (q2, k2, v2, b2, o2, l2, g2) = args();
-            let got = portable::backward_by_products::<B>(q2, k2, v2, b2, o2, l2, g2, call);
+            let want = portable::backward::<B>(inputs(), call);
+            let got = portable::backward_by_products::<B>(inputs(), call);
             for (name, (got, want)) in ["q", "k", "v"].iter().zip(got.into_iter().zip(want)) {
                 let read = |t| {
                     Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(t))
