@@ -14,7 +14,7 @@ mkdir -p ../target
 if [ -f cubecl-cache.tgz ] && [ ! -d ../target/autotune ]; then
   case "$(tar tzf cubecl-cache.tgz | head -1)" in target/*) tar xzf cubecl-cache.tgz -C .. ;; *) tar xzf cubecl-cache.tgz -C ../target ;; esac
 fi
-for f in peak-memory gpt gpt-old; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
+for f in peak-memory peak-memory-old gpt gpt-old; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 if [ -n "${TORCH:-}" ]; then
   t0=$(date +%s)
@@ -29,9 +29,11 @@ for spec in ${SPECS:-}; do
   extra=""; [ -n "$frac" ] && extra="--budget-bytes $((PEAK / frac))"
   i=$((i+1)); f=/tmp/$i.err
   t0=$(date +%s)
-  RUST_LOG=${RUST_LOG:-frugal::engine::plan=debug} timeout $limit ./peak-memory --device $dev --only $name --steps $steps --warmup $warm $extra ${more:-} >> $OUT/frugal.jsonl 2> $f
-  echo "$dev $name $more exit $? in $(( $(date +%s) - t0 )) s"
-  { echo "== $i $dev $name $more"; cat $f; } >> $OUT/stderr.txt
+  # A device named old-<device> runs peak-memory-old (the binary before a change, for an A/B in one call).
+  bin=./peak-memory; case $dev in old-*) bin=./peak-memory-old; dev=${dev#old-} ;; esac
+  RUST_LOG=${RUST_LOG:-frugal::engine::plan=debug} timeout $limit $bin --device $dev --only $name --steps $steps --warmup $warm $extra ${more:-} >> $OUT/frugal.jsonl 2> $f
+  echo "$bin $dev $name $more exit $? in $(( $(date +%s) - t0 )) s"
+  { echo "== $i $bin $dev $name $more"; cat $f; } >> $OUT/stderr.txt
   grep "step" $f | grep -v "frugal: step plan" | sed 's/.*step/step/' | tr "\n" " " | cut -c1-1500; echo
   grep "segments\|whole step" $f | tail -4 | cut -c1-300
 done

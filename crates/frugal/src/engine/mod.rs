@@ -205,6 +205,10 @@ pub(crate) trait Evictable: Send + Sync {
     /// Whether dropping its device tensor gives the memory back at once, with no call to the
     /// device (see [`Budget::free_without_device_work`]).
     fn drop_frees_at_once(&self) -> bool;
+    /// Forgets how to recompute it, if it is on the device: a segment's checkpoint, which
+    /// the budget never recomputes, so that the dropped tensors its recipe held (and theirs,
+    /// back to the last checkpoint) can go.
+    fn forget_recipe(&self);
 }
 
 /// Tensors on their way to host memory. They are read back together in one transaction: each
@@ -1147,6 +1151,7 @@ mod tests {
         fn drop_frees_at_once(&self) -> bool {
             self.drop_frees_at_once.load(Relaxed)
         }
+        fn forget_recipe(&self) {}
     }
 
     struct MockBatch(Vec<Arc<MockCell>>);

@@ -730,6 +730,17 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
     fn drop_frees_at_once(&self) -> bool {
         crate::runtime::drop_frees_at_once::<K::Prim>()
     }
+
+    fn forget_recipe(&self) {
+        let recipe = {
+            let mut slot = self.lock();
+            match slot.state {
+                State::Resident(..) => slot.recipe.take(),
+                _ => None,
+            }
+        };
+        drop(recipe);
+    }
 }
 
 impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
@@ -1064,5 +1075,46 @@ mod tests {
         let lone = Cell::<NdArray, FloatKind>::create(lone, storage, None, 0.0);
         drop(Handle::<Prim> { cell: lone.clone() });
         assert_eq!(lone.status(), Status::Gone);
+    }
+
+    /// A cell computing `exp` of the managed `input`, with its recipe.
+    fn exp_of(input: &Arc<Cell<Nd, FloatKind>>) -> Arc<Cell<Nd, FloatKind>> {
+        let exp = float::op(float::Op::float_exp);
+        let out = Nd::float_exp(input.get());
+        let storage = Arc::new(state().charge(&out, exp));
+        let source = Source::Cell(input.clone() as Arc<dyn CellOf<Prim>>);
+        let recipe = Recipe {
+            run: Box::new(move || Nd::float_exp(source.get())),
+            inputs: vec![input.clone() as Arc<dyn CellDyn>],
+            view_of: None,
+        };
+        Cell::create(out, storage, Some(recipe), 1.0)
+    }
+
+    #[test]
+    fn a_cell_that_forgets_its_recipe_lets_the_dropped_tensors_it_was_computed_from_go() {
+        // a (no recipe) -> b -> c, as a block's input, a product and a segment's checkpoint.
+        let device = Default::default();
+        let a = Nd::float_from_data(burn_backend::TensorData::from([1.0f32, 2.0]), &device);
+        let storage = Arc::new(state().charge(&a, float::op(float::Op::float_exp)));
+        let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0);
+        let b = exp_of(&a);
+        let c = exp_of(&b);
+        let expected = values(c.get());
+        // b is dropped to be recomputed, then the program drops a and b: a stays on the
+        // device, since recomputing b (for c) needs it.
+        assert!(b.evict());
+        drop(Handle::<Prim> { cell: a.clone() });
+        drop(Handle::<Prim> { cell: b.clone() });
+        assert_eq!(a.status(), Status::Resident);
+        drop(b);
+        // c will not be recomputed: without its recipe, b goes and a with it.
+        c.forget_recipe();
+        assert_eq!(a.status(), Status::Gone);
+        assert_eq!(values(c.get()), expected);
+        assert!(
+            !c.evict(),
+            "a cell without a recipe cannot be dropped to be recomputed"
+        );
     }
 }

@@ -166,7 +166,10 @@ impl Scopes {
     /// forward pass's tensors are created in. At a cut, the closing segment's resident
     /// tensors that the forward pass does not read again are evicted, to be recomputed from
     /// the kept ones when the backward pass reads them; the kept ones are marked as
-    /// checkpoints (see [`crate::engine::CellInfo::mark_checkpoint`]). A selection's cut
+    /// checkpoints (see [`crate::engine::CellInfo::mark_checkpoint`]) and forget their
+    /// recipes: never recomputed, they would otherwise hold the dropped tensors they were
+    /// computed from (a block's output product and its input) until the backward pass
+    /// dropped them, memory the plan's simulation counts as free. A selection's cut
     /// evicts only the chosen tensors (see [`Self::hold_chosen`]) the forward pass does not
     /// read again. Ignored while a scope of the program's own is open.
     pub(crate) fn on_segment_event(&self, event: SegmentEvent, budget: &Budget) {
@@ -244,6 +247,7 @@ impl Scopes {
                         }
                         if read_later {
                             info.mark_checkpoint();
+                            cell.forget_recipe();
                         } else if cell.status() == Status::Resident {
                             cell.evict();
                         }

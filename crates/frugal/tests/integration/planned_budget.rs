@@ -585,3 +585,22 @@ fn a_selection_in_residual_blocks_frees_what_its_plan_counted_on() {
         );
     }
 }
+
+#[test]
+fn residual_blocks_cut_into_segments_keep_their_bits_and_the_budget() {
+    let _serial = lock();
+    // Residual blocks under a quarter of their peak: the forward pass is cut into segments
+    // whose checkpoints are the stream between blocks, and each checkpoint forgets how it was
+    // computed (the dropped tensors behind it go). The backward pass still finds every
+    // segment's tensors from its checkpoints.
+    let rows = [256; 10];
+    let base = memory::live_bytes(&DEVICE);
+    let free = train_residual(6, &rows, |_| None);
+    let peak = free.peak() - base;
+    let budget = base + peak / 4;
+    let planned = train_residual(6, &rows, |_| Some(budget));
+    assert_same_bits_within(&planned, &free, budget);
+    let last = planned.per_step.last().unwrap();
+    assert!(last.plan_segments >= 2, "no segments: {last:?}");
+    assert!(last.recomputed_bytes > 0, "nothing recomputed: {last:?}");
+}
