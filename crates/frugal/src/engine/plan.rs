@@ -1297,7 +1297,8 @@ impl StepRecord {
     /// step is in `base_live`. A cut evicts every tensor made in the segment it closes that is
     /// read again only after the cut and is not a checkpoint; the segment's evicted tensors
     /// all come back at the first read of any of them, since recomputing the last of them
-    /// (which the backward pass reads first) restores the chain before it. Views count as
+    /// (which the backward pass reads first) restores the chain before it; a checkpoint is
+    /// held until then for every later segment that reads it. Views count as
     /// buffers of their own: a segment's restore brings back more than its tensors (the
     /// gradients made beside them), and segments sized on the exact count left the budget
     /// evicting on top of them.
@@ -1326,6 +1327,34 @@ impl StepRecord {
                 let bytes = self.bytes[position] as i64;
                 change[from] -= bytes;
                 change[to] += bytes;
+            }
+        }
+        // A checkpoint stays until the later segments that read it are restored, even if the
+        // program drops it earlier: their evicted tensors are recomputed from it.
+        for (position, &last) in last_read.iter().enumerate() {
+            if last != u64::MAX {
+                continue;
+            }
+            let segment_of = |at: u64| cuts.iter().rposition(|&cut| cut <= at);
+            let Some(own) = segment_of(position as u64) else {
+                continue;
+            };
+            let reads = &self.reads[position];
+            let held_for = reads
+                .iter()
+                .filter(|&&read| read < self.end)
+                .filter_map(|&read| segment_of(read).filter(|&segment| segment > own))
+                .map(|segment| restore[segment])
+                .filter(|&at| at != u64::MAX)
+                .max();
+            let program_last = reads.last().map_or(position, |&read| read as usize);
+            if let Some(until) = held_for.map(|at| at as usize)
+                && until > program_last
+                && program_last < p
+            {
+                let bytes = self.bytes[position] as i64;
+                change[program_last + 1] += bytes;
+                change[(until + 1).min(p)] -= bytes;
             }
         }
         let at_start = change[0];
@@ -1769,6 +1798,42 @@ mod tests {
         let last_read = record.last_reads(&cuts);
         assert_eq!(last_read[..2], [u64::MAX, u64::MAX]);
         assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 50);
+    }
+
+    #[test]
+    fn the_simulated_step_holds_a_dropped_checkpoint_until_the_segment_after_it_comes_back() {
+        // A forward chain of five 10-byte tensors cut into three segments at 2 and 4. The
+        // second (1) is read only by the third (2), which begins the second segment: a
+        // checkpoint the program drops at once. The backward pass (5..) reads the third at 8.
+        let record = StepRecord {
+            end: 5,
+            base_live: 0,
+            bytes: vec![10; 10],
+            reads: vec![
+                vec![1, 9],
+                vec![2],
+                vec![3, 8],
+                vec![4, 7],
+                vec![5],
+                vec![6],
+                vec![7],
+                vec![8],
+                vec![9],
+                vec![],
+            ],
+            shared: vec![false; 10],
+            cost_per_byte: vec![f32::INFINITY; 10],
+        };
+        let cuts = [0, 2, 4];
+        let last_read = record.last_reads(&cuts);
+        assert_eq!(last_read[1], u64::MAX);
+        let curve = record.simulate_curve(&cuts, &last_read, Parked::NONE);
+        // The curve counts from the step's start (the first tensor, read again at its end).
+        // The third tensor is evicted from position 5 until 8, when the backward pass
+        // recomputes it from the checkpoint, which is held from its creation until then
+        // (dropped at its last read, position 2, it would leave 10 bytes less at 3 to 8).
+        assert_eq!(curve, vec![0, 10, 20, 20, 30, 30, 30, 30, 30, 20]);
+        assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 30);
     }
 
     #[test]
