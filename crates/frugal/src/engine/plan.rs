@@ -1331,11 +1331,11 @@ impl StepRecord {
         }
         // A checkpoint stays until the later segments that read it are restored, even if the
         // program drops it earlier: their evicted tensors are recomputed from it.
+        let segment_of = |at: u64| cuts.iter().rposition(|&cut| cut <= at);
         for (position, &last) in last_read.iter().enumerate() {
             if last != u64::MAX {
                 continue;
             }
-            let segment_of = |at: u64| cuts.iter().rposition(|&cut| cut <= at);
             let Some(own) = segment_of(position as u64) else {
                 continue;
             };
