@@ -250,10 +250,11 @@ pub(crate) struct StepPlan {
     /// The share of the room one segment may take (or a selection aims at); lowered under
     /// pressure.
     segment_share: f64,
-    /// The factor the share was last lowered by.
-    last_shrink: f64,
-    /// The budget's eviction rounds in the last step under larger segments.
-    last_pressure: Option<u64>,
+    /// The segments and share before the last shrink, and the budget's eviction rounds in
+    /// the step under them: if smaller segments evict no less, the plan goes back to exactly
+    /// these cuts, whose fused kernels are compiled already (cut again from a newer record,
+    /// they could differ by a segment and compile anew).
+    before_shrink: Option<(Segments, f64, u64)>,
     /// The segments stopped adapting (see [`Self::adapt_segments`]).
     settled: bool,
     /// Eviction rounds the budget needed since the forward pass last began.
@@ -285,8 +286,7 @@ impl Default for StepPlan {
             segment_open: false,
             segmented_step: false,
             segment_share: SEGMENT_SHARE,
-            last_shrink: SEGMENT_SHRINK,
-            last_pressure: None,
+            before_shrink: None,
             settled: false,
             pressure: 0,
             pressure_at: [0; PRESSURE_SEEN],
@@ -411,7 +411,7 @@ impl StepPlan {
             self.segments_for = Some(decided_for);
             self.segment_share = SEGMENT_SHARE;
             self.settled = false;
-            self.last_pressure = None;
+            self.before_shrink = None;
             self.segments = limit.and_then(|limit| self.cut_segments(limit));
         }
         let Some(segments) = self.segments.as_ref() else {
@@ -463,13 +463,13 @@ impl StepPlan {
                 self.segments.as_ref().map_or(0, |s| s.end),
             );
         }
-        let shrink = match self.last_pressure {
+        let shrink = match self.before_shrink.take() {
             _ if pressure == 0 => false,
             _ if self.segment_share <= MIN_SEGMENT_SHARE => false,
-            Some(before) if pressure >= before => {
-                // Smaller segments did not help: back to the last size, and stay there.
-                self.segment_share /= self.last_shrink;
-                self.segments = limit.and_then(|limit| self.cut_segments(limit));
+            Some((before, share, before_pressure)) if pressure >= before_pressure => {
+                // Smaller segments did not help: back to the cuts before, and stay there.
+                self.segments = Some(before);
+                self.segment_share = share;
                 false
             }
             _ => true,
@@ -478,7 +478,6 @@ impl StepPlan {
             self.settled = true;
             return;
         }
-        self.last_pressure = Some(pressure);
         let selective = self.segments.as_ref().is_some_and(|s| s.selective);
         let shrink = match selective {
             true => SELECTION_SHRINK,
@@ -486,7 +485,6 @@ impl StepPlan {
         };
         let before = self.segment_share;
         self.segment_share = (before * shrink).max(MIN_SEGMENT_SHARE);
-        self.last_shrink = self.segment_share / before;
         log::debug!(
             "frugal: step plan: the budget still evicted {pressure} times in a step; segments \
              of {:.3} of the room",
@@ -501,6 +499,10 @@ impl StepPlan {
             self.settled = true;
             return;
         }
+        self.before_shrink = self
+            .segments
+            .take()
+            .map(|segments| (segments, before, pressure));
         self.segments = next;
     }
 
@@ -1593,11 +1595,36 @@ mod tests {
         state_bytes: u64,
         states: &mut Vec<u64>,
     ) -> Vec<Vec<(usize, SegmentEvent)>> {
+        let steps = vec![StepNoise::default(); steps];
+        training_steps_under(plan, &steps, layers, width, limit, state_bytes, states)
+    }
+
+    /// What the budget did in one step of [`training_steps_under`].
+    #[derive(Clone, Copy, Default)]
+    struct StepNoise {
+        /// Eviction rounds the budget needed, noted at the step's end.
+        pressure: u64,
+        /// Bytes live on the device beside the step's own for the whole step (the runtime's
+        /// or another tensor's), which the record sees in its live bytes.
+        other_live: u64,
+    }
+
+    /// As [`training_steps_with_state`], one step per entry of `steps`.
+    fn training_steps_under(
+        plan: &mut StepPlan,
+        steps: &[StepNoise],
+        layers: usize,
+        width: usize,
+        limit: Option<u64>,
+        state_bytes: u64,
+        states: &mut Vec<u64>,
+    ) -> Vec<Vec<(usize, SegmentEvent)>> {
         let mut live = 0u64;
         let mut state: Vec<Option<u64>> = vec![None; layers];
         let mut params: Vec<Option<u64>> = vec![None; layers];
         let mut all = Vec::new();
-        for _ in 0..steps {
+        for noise in steps {
+            live += noise.other_live;
             let mut events = Vec::new();
             let mut position = 0usize;
             let mut create = |plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64| {
@@ -1663,6 +1690,10 @@ mod tests {
                 plan.on_drop(g);
                 live -= 100;
             }
+            for _ in 0..noise.pressure {
+                plan.note_pressure();
+            }
+            live -= noise.other_live;
             all.push(events);
         }
         all
@@ -1730,6 +1761,44 @@ mod tests {
         // evicted.
         assert_eq!(last_read[at - 1], u64::MAX);
         assert_eq!(last_read[at - 2], *position - 1);
+    }
+
+    #[test]
+    fn smaller_segments_that_evict_no_less_give_way_to_the_very_cuts_before_them() {
+        let (layers, width, limit) = (8, 10, 4_000);
+        let cuts_of = |events: &[(usize, SegmentEvent)]| -> Vec<usize> {
+            let cuts = events
+                .iter()
+                .filter(|(_, e)| matches!(e, SegmentEvent::Cut { .. }));
+            cuts.map(|(at, _)| *at).collect()
+        };
+        // Without pressure: the step under the first segments.
+        let quiet = training_steps(&mut StepPlan::default(), 8, layers, width, Some(limit));
+        let first = quiet.iter().position(|e| !e.is_empty()).unwrap();
+        // The budget evicts in that step, so the segments shrink; under the smaller ones it
+        // evicts more, with more bytes live beside the step: back to the first cuts, not to
+        // cuts made anew from the newer record.
+        let mut noise = vec![StepNoise::default(); first + 5];
+        noise[first].pressure = 3;
+        noise[first + 1] = StepNoise {
+            pressure: 5,
+            other_live: 600,
+        };
+        let mut plan = StepPlan::default();
+        let steps = training_steps_under(
+            &mut plan,
+            &noise,
+            layers,
+            width,
+            Some(limit),
+            0,
+            &mut Vec::new(),
+        );
+        let (before, smaller) = (cuts_of(&steps[first]), cuts_of(&steps[first + 1]));
+        assert!(smaller.len() > before.len(), "{before:?} {smaller:?}");
+        for later in &steps[first + 2..] {
+            assert_eq!(cuts_of(later), before);
+        }
     }
 
     #[test]
