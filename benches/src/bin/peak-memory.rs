@@ -297,6 +297,37 @@ struct Line {
     /// start), and how often a reservation found no cached block.
     #[serde(skip_serializing_if = "Option::is_none")]
     allocator: Option<AllocatorFigures>,
+    /// On frugal-cuda: kernels made ready in each step, warm-up included (compiled with NVRTC
+    /// or loaded from its disk cache): a step after the first few that still makes kernels is
+    /// still compiling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernels_per_step: Option<Vec<KernelsInStep>>,
+}
+
+/// Kernels frugal-cuda made ready during one step.
+#[derive(Serialize, Debug, Clone, Copy)]
+struct KernelsInStep {
+    compiled: u64,
+    from_disk: u64,
+    /// Time spent generating code and running NVRTC, and loading kernels into the context.
+    compile_ms: f64,
+    load_ms: f64,
+}
+
+/// frugal-cuda's kernels made ready so far in this process (`None` on other runtimes).
+fn kernel_loads(frugal_cuda: bool) -> Option<KernelsInStep> {
+    #[cfg(feature = "frugal-cuda")]
+    if frugal_cuda {
+        let loads = frugal_cuda::kernel_loads();
+        return Some(KernelsInStep {
+            compiled: loads.compiled,
+            from_disk: loads.from_disk,
+            compile_ms: loads.compile_nanos as f64 / 1e6,
+            load_ms: loads.load_nanos as f64 / 1e6,
+        });
+    }
+    let _ = frugal_cuda;
+    None
 }
 
 /// frugal-cuda's allocator figures for a run.
@@ -792,6 +823,8 @@ fn run<A: AutodiffBackend>(
     let mut peak_reserved: Option<u64> = None;
     let mut points = Vec::new();
     let mut remat_start = RematStats::default();
+    let on_frugal_cuda = allocator_figures(&device).is_some();
+    let mut kernels_per_step = on_frugal_cuda.then(Vec::new);
     for step in 0..args.steps {
         let data = random_tokens(0, step as u64, args.batch, args.seq, args.vocab);
         if step == args.warmup {
@@ -808,6 +841,7 @@ fn run<A: AutodiffBackend>(
         }
         A::sync(&device).expect("sync");
         let timed = step >= args.warmup;
+        let loads_before = kernel_loads(on_frugal_cuda);
         let started = Instant::now();
         let on_phase = |phase: Phase| {
             // The update begins right where the backward pass ended: nothing to read there.
@@ -847,8 +881,26 @@ fn run<A: AutodiffBackend>(
         model = next;
         losses.push(loss);
         every_step_ms.push(elapsed);
+        let kernels = kernel_loads(on_frugal_cuda)
+            .zip(loads_before)
+            .map(|(after, before)| KernelsInStep {
+                compiled: after.compiled - before.compiled,
+                from_disk: after.from_disk - before.from_disk,
+                compile_ms: after.compile_ms - before.compile_ms,
+                load_ms: after.load_ms - before.load_ms,
+            });
         // On stderr as it happens, so a run cut short by a time limit still shows its pace.
-        eprintln!("{name}: step {step} took {elapsed:.1} ms");
+        match kernels {
+            Some(k) => eprintln!(
+                "{name}: step {step} took {elapsed:.1} ms ({} kernels compiled in {:.1} ms, {} \
+                 loaded from disk; {:.1} ms loading)",
+                k.compiled, k.compile_ms, k.from_disk, k.load_ms
+            ),
+            None => eprintln!("{name}: step {step} took {elapsed:.1} ms"),
+        }
+        if let (Some(all), Some(k)) = (kernels_per_step.as_mut(), kernels) {
+            all.push(k);
+        }
         if timed && step + 1 != args.steps {
             times.push(elapsed);
         }
@@ -935,6 +987,7 @@ fn run<A: AutodiffBackend>(
         checkpoint_blocks,
         remat,
         allocator: allocator_figures(&device),
+        kernels_per_step,
     }
 }
 

@@ -14,7 +14,8 @@
 //! same kernels as on `burn::backend::Cuda`. The differences: memory comes from the caching
 //! allocator (best fit, coalescing, expandable segments, a cap, an out-of-memory handler) instead
 //! of CubeCL's fixed pools, and there is one CUDA stream per device instead of one per thread.
-//! Not supported: multi-device communication (NCCL collectives), the on-disk PTX cache, and the
+//! Not supported: multi-device communication (NCCL collectives), CubeCL's own on-disk PTX cache
+//! (frugal-cuda keeps its own, [`crate::kernel_cache`]), and the
 //! Blackwell-only tensor-map formats.
 
 mod blas;
@@ -25,6 +26,7 @@ mod server;
 mod tma;
 
 pub use blas::blas_available;
+pub use compiler::{KernelLoads, kernel_loads};
 pub use memory::CudaDeviceMemory;
 pub use server::{FrugalCudaServer, MemoryReport};
 
