@@ -434,3 +434,27 @@ impl KernelContext {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_kernel_keeps_a_cubin_byte_for_byte_and_refuses_a_cut_entry() {
+        // A cubin is an ELF image: binary, with no terminating NUL.
+        let image = vec![0x7f, b'E', b'L', b'F', 0, 1, 2, 0xff];
+        let kernel = CachedKernel {
+            entrypoint: "kernel_main".into(),
+            shared_mem_bytes: 49_152,
+            image: image.clone(),
+        };
+        let bytes = kernel.encode();
+        let back = CachedKernel::decode(&bytes).expect("a whole entry decodes");
+        assert_eq!(back.entrypoint, "kernel_main");
+        assert_eq!(back.shared_mem_bytes, 49_152);
+        assert_eq!(back.image, image);
+        // Cut inside the entry point's name, or with no image left: a miss, not a bad load.
+        assert!(CachedKernel::decode(&bytes[..15]).is_none());
+        assert!(CachedKernel::decode(&bytes[..12 + "kernel_main".len()]).is_none());
+    }
+}
