@@ -48,7 +48,7 @@ static LOAD_NANOS: AtomicU64 = AtomicU64::new(0);
 /// autotune candidates).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelLoads {
-    /// Compiled with NVRTC (and written to the disk cache).
+    /// Compiled with NVRTC (and written to the disk cache, where it is on).
     pub compiled: u64,
     /// Loaded from the disk cache (see [`crate::kernel_cache`]): no code generation, no NVRTC.
     pub from_disk: u64,
@@ -223,16 +223,19 @@ impl KernelContext {
                         .map(|ptx| ptx.into_iter().map(|c| c as u8).collect())
                         .map_err(|e| generic(format!("{e:?}")))
                 }),
-                Err(_) => {
-                    let log = cudarc::nvrtc::result::get_program_log(program)
-                        .map_err(|e| generic(format!("{e:?}")))?;
-                    let log = CStr::from_ptr(log.as_ptr()).to_string_lossy();
-                    let mut message = "[Compilation Error] ".to_string();
-                    for line in log.lines().filter(|l| !l.is_empty()) {
-                        message += &format!("\n    {line}");
-                    }
-                    Err(generic(format!("{message}\n[Source]\n{}", compiled.source)))
-                }
+                Err(_) => Err(generic(
+                    match cudarc::nvrtc::result::get_program_log(program) {
+                        Ok(log) => {
+                            let log = CStr::from_ptr(log.as_ptr()).to_string_lossy();
+                            let mut message = "[Compilation Error] ".to_string();
+                            for line in log.lines().filter(|l| !l.is_empty()) {
+                                message += &format!("\n    {line}");
+                            }
+                            format!("{message}\n[Source]\n{}", compiled.source)
+                        }
+                        Err(e) => format!("[Compilation Error] no log: {e:?}"),
+                    },
+                )),
             };
             let _ = cudarc::nvrtc::result::destroy_program(program);
             image?
