@@ -302,6 +302,9 @@ struct Line {
     /// still compiling.
     #[serde(skip_serializing_if = "Option::is_none")]
     kernels_per_step: Option<Vec<KernelsInStep>>,
+    /// On frugal-cuda: what the allocator asked of the driver in each step, warm-up included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    driver_per_step: Option<Vec<DriverInStep>>,
 }
 
 /// Kernels frugal-cuda made ready during one step.
@@ -327,6 +330,69 @@ fn kernel_loads(frugal_cuda: bool) -> Option<KernelsInStep> {
         });
     }
     let _ = frugal_cuda;
+    None
+}
+
+/// What frugal-cuda's allocator did during one step: a step that maps or waits more than the
+/// others spends its extra time in the driver, not in kernels.
+#[derive(Serialize, Debug, Clone, Copy, Default)]
+struct DriverInStep {
+    /// Reservations that found no cached block (CubeCL's free slots handed back first).
+    misses: u64,
+    /// Mappings of physical memory into expandable segments, and the time in them.
+    maps: u64,
+    maps_ms: f64,
+    /// Unmappings of retired granules, and the time in them.
+    unmaps: u64,
+    unmaps_ms: f64,
+    /// Waits for the device before giving memory back, and the time in them.
+    waits: u64,
+    waits_ms: f64,
+    /// Bytes mapped into and unmapped from expandable segments (memory moved between
+    /// addresses to keep reserved bytes within the growth limit).
+    mapped_bytes: u64,
+    unmapped_bytes: u64,
+}
+
+impl DriverInStep {
+    /// The calls made between `before` and `self` (two readings of one allocator).
+    fn since(&self, before: &Self) -> Self {
+        Self {
+            misses: self.misses - before.misses,
+            maps: self.maps - before.maps,
+            maps_ms: self.maps_ms - before.maps_ms,
+            unmaps: self.unmaps - before.unmaps,
+            unmaps_ms: self.unmaps_ms - before.unmaps_ms,
+            waits: self.waits - before.waits,
+            waits_ms: self.waits_ms - before.waits_ms,
+            mapped_bytes: self.mapped_bytes - before.mapped_bytes,
+            unmapped_bytes: self.unmapped_bytes - before.unmapped_bytes,
+        }
+    }
+}
+
+/// frugal-cuda's allocator calls so far on `device` (`None` on other runtimes).
+#[allow(unused_variables)]
+fn driver_calls<D: 'static>(device: &D) -> Option<DriverInStep> {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        let report = frugal_cuda::memory_report(device);
+        let times = report.stats.device_times;
+        let ms = |nanos: u64| nanos as f64 / 1e6;
+        return Some(DriverInStep {
+            misses: report.registry.misses,
+            maps: times.maps.count,
+            maps_ms: ms(times.maps.nanos),
+            unmaps: times.unmaps.count,
+            unmaps_ms: ms(times.unmaps.nanos),
+            waits: times.waits.count,
+            waits_ms: ms(times.waits.nanos),
+            mapped_bytes: report.stats.mapped_bytes,
+            unmapped_bytes: report.stats.unmapped_bytes,
+        });
+    }
     None
 }
 
@@ -825,6 +891,7 @@ fn run<A: AutodiffBackend>(
     let mut remat_start = RematStats::default();
     let on_frugal_cuda = allocator_figures(&device).is_some();
     let mut kernels_per_step = on_frugal_cuda.then(Vec::new);
+    let mut driver_per_step = on_frugal_cuda.then(Vec::new);
     for step in 0..args.steps {
         let data = random_tokens(0, step as u64, args.batch, args.seq, args.vocab);
         if step == args.warmup {
@@ -842,6 +909,8 @@ fn run<A: AutodiffBackend>(
         A::sync(&device).expect("sync");
         let timed = step >= args.warmup;
         let loads_before = kernel_loads(on_frugal_cuda);
+        let driver_before = driver_calls(&device);
+        let remat_before = memory::remat_stats(&device);
         let started = Instant::now();
         let on_phase = |phase: Phase| {
             // The update begins right where the backward pass ended: nothing to read there.
@@ -889,14 +958,42 @@ fn run<A: AutodiffBackend>(
                 compile_ms: after.compile_ms - before.compile_ms,
                 load_ms: after.load_ms - before.load_ms,
             });
+        let driver = driver_calls(&device)
+            .zip(driver_before)
+            .map(|(after, before)| after.since(&before));
+        let budget = memory::remat_stats(&device).since(&remat_before);
         // On stderr as it happens, so a run cut short by a time limit still shows its pace.
-        match kernels {
-            Some(k) => eprintln!(
-                "{name}: step {step} took {elapsed:.1} ms ({} kernels compiled in {:.1} ms, {} \
-                 loaded from disk; {:.1} ms loading)",
+        let mut line = format!("{name}: step {step} took {elapsed:.1} ms");
+        if let Some(k) = kernels {
+            line += &format!(
+                " ({} kernels compiled in {:.1} ms, {} loaded from disk; {:.1} ms loading)",
                 k.compiled, k.compile_ms, k.from_disk, k.load_ms
-            ),
-            None => eprintln!("{name}: step {step} took {elapsed:.1} ms"),
+            );
+        }
+        if budget.evictions + budget.offloads > 0 {
+            line += &format!(
+                "; budget: {} evicted, {} recomputed, {} offloaded, {} room rounds",
+                budget.evictions, budget.recomputes, budget.offloads, budget.room_rounds
+            );
+        }
+        if let Some(d) = driver {
+            line += &format!(
+                "; allocator: {} misses, {} maps of {} MiB in {:.1} ms, {} unmaps of {} MiB in \
+                 {:.1} ms, {} waits in {:.1} ms",
+                d.misses,
+                d.maps,
+                d.mapped_bytes >> 20,
+                d.maps_ms,
+                d.unmaps,
+                d.unmapped_bytes >> 20,
+                d.unmaps_ms,
+                d.waits,
+                d.waits_ms
+            );
+        }
+        eprintln!("{line}");
+        if let (Some(all), Some(d)) = (driver_per_step.as_mut(), driver) {
+            all.push(d);
         }
         if let (Some(all), Some(k)) = (kernels_per_step.as_mut(), kernels) {
             all.push(k);
@@ -988,6 +1085,7 @@ fn run<A: AutodiffBackend>(
         remat,
         allocator: allocator_figures(&device),
         kernels_per_step,
+        driver_per_step,
     }
 }
 
