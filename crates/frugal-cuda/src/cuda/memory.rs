@@ -131,7 +131,10 @@ impl CudaDeviceMemory {
                 )
             };
             match check(result, "cuMemGetAllocationGranularity", 0) {
-                Ok(()) if granularity > 0 => memory.granularity = granularity as u64,
+                Ok(()) if granularity > 0 => {
+                    let setting = std::env::var("FRUGAL_CUDA_MAP_UNIT_MIB").ok();
+                    memory.granularity = map_unit(setting.as_deref(), granularity as u64);
+                }
                 _ => memory.vmm = false,
             }
         }
@@ -456,6 +459,39 @@ impl CudaDeviceMemory {
     }
 }
 
+/// The map unit, in MiB, of expandable segments unless `FRUGAL_CUDA_MAP_UNIT_MIB` says
+/// otherwise (see [`map_unit`]).
+pub const DEFAULT_MAP_UNIT_MIB: u64 = 4;
+
+/// The unit in which expandable segments map and unmap physical memory: `setting` MiB
+/// (`FRUGAL_CUDA_MAP_UNIT_MIB`; [`DEFAULT_MAP_UNIT_MIB`] when unset, the driver's granularity
+/// when 0), rounded up to a power of two no smaller than `driver_granularity` (the driver
+/// reserves address ranges at power-of-two alignments). An unparsable setting is reported and
+/// the default used.
+///
+/// Under a growth limit the allocator moves physical memory between addresses every step, and
+/// each unit moved costs a `cuMemMap`, later a `cuMemUnmap` and `cuMemRelease`, on the thread
+/// that launches the kernels (see `docs/results.md` for what that costs a step). A larger unit
+/// makes fewer calls, but holes between live blocks are given back only in whole units, so
+/// reserved bytes end a little higher.
+pub fn map_unit(setting: Option<&str>, driver_granularity: u64) -> u64 {
+    let mib = match setting.map(|s| (s, s.trim().parse::<u64>())) {
+        None => DEFAULT_MAP_UNIT_MIB,
+        Some((_, Ok(mib))) => mib,
+        Some((value, Err(_))) => {
+            log::warn!(
+                "FRUGAL_CUDA_MAP_UNIT_MIB={value:?} ignored: expected a whole number of MiB (0: \
+                 the driver's granularity); using {DEFAULT_MAP_UNIT_MIB} MiB"
+            );
+            DEFAULT_MAP_UNIT_MIB
+        }
+    };
+    mib.saturating_mul(1 << 20)
+        .max(driver_granularity)
+        .checked_next_power_of_two()
+        .unwrap_or(driver_granularity)
+}
+
 /// Alignment of pinned host buffers.
 pub const PINNED_ALIGNMENT: usize = 16;
 
@@ -582,5 +618,28 @@ impl AllocationController for PinnedBytesController {
 
     fn property(&self) -> AllocationProperty {
         AllocationProperty::Pinned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DRIVER: u64 = 2 << 20;
+
+    #[test]
+    fn the_map_unit_is_a_power_of_two_no_smaller_than_the_driver_granularity() {
+        assert_eq!(map_unit(None, DRIVER), DEFAULT_MAP_UNIT_MIB << 20);
+        assert_eq!(map_unit(Some("0"), DRIVER), DRIVER);
+        assert_eq!(map_unit(Some("1"), DRIVER), DRIVER);
+        assert_eq!(map_unit(Some(" 8 "), DRIVER), 8 << 20);
+        assert_eq!(
+            map_unit(Some("20"), DRIVER),
+            32 << 20,
+            "20 MiB is no alignment"
+        );
+        assert_eq!(map_unit(Some("four"), DRIVER), DEFAULT_MAP_UNIT_MIB << 20);
+        assert_eq!(map_unit(Some("4"), 64 << 20), 64 << 20);
+        assert_eq!(map_unit(Some(&u64::MAX.to_string()), DRIVER), DRIVER);
     }
 }
