@@ -18,7 +18,9 @@
 //!
 //! - [`attention`]: flash attention, forward (with each query row's logsumexp) and backward
 //!   (dQ, dK, dV), causal or not, with an optional additive bias: training attention without
-//!   storing the `seq × seq` scores.
+//!   storing the `seq × seq` scores; and the element-wise passes of attention computed as
+//!   matrix products by the caller's library ([`attention::scores_softmax`],
+//!   [`attention::scores_backward`]).
 //!
 //! Loads and stores are vectorised with the widest vector size the runtime favours for the
 //! element type that divides the length (falling back to 1).

@@ -178,25 +178,28 @@ struct Args {
     /// Burn configurations always run CubeCL's.
     #[arg(long, value_enum, default_value = "auto")]
     products: ProductsArg,
-    /// How Frugal's attention backward runs (`--fused-attention`): kernel (the flash-attention
-    /// backward) or products (five matrix products where the attention's dtype's products run
-    /// on cuBLASLt; see `frugal::kernels::AttentionBackward`).
-    #[arg(long, value_enum, default_value = "kernel")]
-    attention_backward: AttentionBackwardArg,
+    /// How Frugal's attention runs (`--fused-attention`): auto (products for f16 and bf16 on
+    /// frugal-cuda, else the flash kernels), flash (the flash-attention kernels) or products
+    /// (matrix products on cuBLASLt with the softmax and its gradient between them, where the
+    /// attention's dtype's products run there); see `frugal::kernels::AttentionPath`.
+    #[arg(long, value_enum, default_value = "auto")]
+    attention_path: AttentionPathArg,
 }
 
-/// `--attention-backward`, mapped onto [`frugal::kernels::AttentionBackward`].
+/// `--attention-path`, mapped onto [`frugal::kernels::AttentionPath`].
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum AttentionBackwardArg {
-    Kernel,
+enum AttentionPathArg {
+    Auto,
+    Flash,
     Products,
 }
 
-impl AttentionBackwardArg {
-    fn choice(self) -> frugal::kernels::AttentionBackward {
+impl AttentionPathArg {
+    fn choice(self) -> frugal::kernels::AttentionPath {
         match self {
-            AttentionBackwardArg::Kernel => frugal::kernels::AttentionBackward::Kernel,
-            AttentionBackwardArg::Products => frugal::kernels::AttentionBackward::Products,
+            AttentionPathArg::Auto => frugal::kernels::AttentionPath::Auto,
+            AttentionPathArg::Flash => frugal::kernels::AttentionPath::Flash,
+            AttentionPathArg::Products => frugal::kernels::AttentionPath::Products,
         }
     }
 }
@@ -273,9 +276,9 @@ struct Line {
     fused_attention: bool,
     /// Forward and backward passes of Frugal's flash-attention kernels in this run.
     attention_kernel_passes: u64,
-    /// `--attention-backward`, and the attention backward passes run as products.
-    attention_backward: String,
-    attention_product_backwards: u64,
+    /// `--attention-path`, and the attention passes (forward and backward) run as products.
+    attention_path: String,
+    attention_product_passes: u64,
     /// `--products`, and the products run on cuBLASLt in this run (all steps).
     products: String,
     blas_products: u64,
@@ -849,7 +852,7 @@ fn run<A: AutodiffBackend>(
     let device = A::Device::default();
     frugal::kernels::set_mode(args.kernels.mode());
     frugal::kernels::set_products(args.products.products());
-    frugal::kernels::set_attention_backward(args.attention_backward.choice());
+    frugal::kernels::set_attention_path(args.attention_path.choice());
     if ledger && args.trace.is_some() {
         memory::record_timeline(&device, 1 << 22);
     }
@@ -1069,8 +1072,10 @@ fn run<A: AutodiffBackend>(
             + frugal::kernels::stats().attention_backwards
             - kernels_before.attention_forwards
             - kernels_before.attention_backwards,
-        attention_backward: format!("{:?}", args.attention_backward).to_lowercase(),
-        attention_product_backwards: frugal::kernels::stats().attention_product_backwards
+        attention_path: format!("{:?}", args.attention_path).to_lowercase(),
+        attention_product_passes: frugal::kernels::stats().attention_product_forwards
+            + frugal::kernels::stats().attention_product_backwards
+            - kernels_before.attention_product_forwards
             - kernels_before.attention_product_backwards,
         products: format!("{:?}", args.products).to_lowercase(),
         blas_products: frugal::kernels::stats().blas_products - kernels_before.blas_products,

@@ -13,11 +13,11 @@
 //!    step queued, synced, timed; median over repetitions. `docs/runs/issue23/
 //!    torch_products.py` times the same list with `torch.matmul`.
 //!
-//! 3. **The attention backward as products** (`frugal::kernels::AttentionBackward`):
-//!    `frugal::nn::attention` under `Autodiff<Frugal<FrugalCuda>>`, its output and gradients
-//!    with the backward as five products on cuBLASLt against the flash-attention backward
-//!    kernel (differential cases: causal odd sizes, unmasked, a bias; f32 strict, f16, bf16,
-//!    fused and unfused), then both timed on the reference shapes (`[8, 12, 512, 64]`,
+//! 3. **Attention as products** (`frugal::kernels::AttentionPath`): `frugal::nn::attention`
+//!    under `Autodiff<Frugal<FrugalCuda>>`, its output and gradients with the forward and
+//!    backward as products on cuBLASLt against the flash-attention kernels (differential
+//!    cases: causal odd sizes, unmasked, a bias; f32 strict, f16, bf16, fused and unfused),
+//!    then both timed on the reference shapes (`[8, 12, 512, 64]`,
 //!    causal, forward + backward of 12 layers; `docs/runs/issue20/torch_attention.py` times
 //!    PyTorch's SDPA on them).
 //!
@@ -32,7 +32,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, FloatDType, Tensor, TensorData};
 use clap::Parser;
 use frugal::Frugal;
-use frugal::kernels::{AttentionBackward, Products, set_attention_backward, set_products, stats};
+use frugal::kernels::{AttentionPath, Products, set_attention_path, set_products, stats};
 use frugal::nn::{AttentionOptions, attention};
 use frugal_benches::median;
 use frugal_cuda::{FrugalCuda, FrugalCudaDevice, FrugalCudaUnfused};
@@ -60,8 +60,8 @@ struct Args {
     /// Only the differential cases.
     #[arg(long)]
     check_only: bool,
-    /// Comma-separated dtypes to time the attention backward in (products against the
-    /// kernel): f32, bf16, f16; empty for none.
+    /// Comma-separated dtypes to time attention in (products against the flash kernels): f32,
+    /// bf16, f16; empty for none.
     #[arg(long, value_delimiter = ',', default_values_t = ["bf16".to_string()])]
     attention_dtypes: Vec<String>,
     /// Comma-separated dtypes to time: f32, bf16, f16.
@@ -373,7 +373,7 @@ fn attention_case<B: Backend>(
     })
 }
 
-/// The attention backward as products against the kernel: output and gradients of each case.
+/// Attention as products against the flash kernels: output and gradients of each case.
 fn check_attention<B: Backend>(
     backend: &'static str,
     device: &B::Device,
@@ -397,25 +397,27 @@ fn check_attention<B: Backend>(
             ),
         ] {
             let case = attention_case::<B>(dtype, shape, causal, bias, device);
-            set_attention_backward(AttentionBackward::Kernel);
+            set_attention_path(AttentionPath::Flash);
             let reference = case();
-            set_attention_backward(AttentionBackward::Products);
+            set_attention_path(AttentionPath::Products);
             let before = stats();
             let got = case();
             let after = stats();
-            set_attention_backward(AttentionBackward::Kernel);
-            let by_products =
-                after.attention_product_backwards - before.attention_product_backwards;
+            set_attention_path(AttentionPath::Auto);
+            let by_products = after.attention_product_forwards + after.attention_product_backwards
+                - before.attention_product_forwards
+                - before.attention_product_backwards;
             let error = max_error(got, reference);
             let tol = tolerance(dtype);
-            let ok = error <= tol && by_products == 1;
+            // One forward and one backward, both as products.
+            let ok = error <= tol && by_products == 2;
             report(
                 Check {
                     bench: "products-check",
                     case: name.to_string(),
                     backend,
                     dtype: format!("{dtype:?}").to_lowercase(),
-                    products: "attention-backward-products".to_string(),
+                    products: "attention-products".to_string(),
                     rel_error: error,
                     tolerance: tol,
                     blas_products: after.blas_products - before.blas_products,
@@ -433,17 +435,17 @@ fn check_attention<B: Backend>(
 struct AttentionTiming {
     bench: &'static str,
     dtype: String,
-    backward: String,
+    path: String,
     /// Forward and backward of all layers, synced.
     step_ms: f64,
     layers: usize,
     shape: [usize; 4],
-    product_backwards_per_step: f64,
+    product_passes_per_step: f64,
 }
 
 /// The reference step's attention alone (`[8, 12, 512, 64]`, causal, one call per layer),
-/// forward and backward under autodiff, with the backward computed as `backward` says.
-fn time_attention(args: &Args, dtype: FloatDType, backward: AttentionBackward) -> AttentionTiming {
+/// forward and backward under autodiff, on `path`.
+fn time_attention(args: &Args, dtype: FloatDType, path: AttentionPath) -> AttentionTiming {
     type B = Autodiff<Frugal<FrugalCuda>>;
     let device = FrugalCudaDevice::default();
     let shape = [8, 12, 512, 64];
@@ -451,7 +453,7 @@ fn time_attention(args: &Args, dtype: FloatDType, backward: AttentionBackward) -
         .map(|_| [0; 4].map(|_| random::<B, 4>(shape, dtype, &device)))
         .collect();
     set_products(attention_products(dtype));
-    set_attention_backward(backward);
+    set_attention_path(path);
     let step = || {
         let mut loss = None;
         let mut leaves = Vec::new();
@@ -477,24 +479,25 @@ fn time_attention(args: &Args, dtype: FloatDType, backward: AttentionBackward) -
     for _ in 0..args.warmup {
         step();
     }
-    let before = stats().attention_product_backwards;
+    let passes = || stats().attention_product_forwards + stats().attention_product_backwards;
+    let before = passes();
     let mut times = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {
         let start = Instant::now();
         step();
         times.push(start.elapsed().as_secs_f64());
     }
-    let by_products = (stats().attention_product_backwards - before) as f64 / args.reps as f64;
-    set_attention_backward(AttentionBackward::Kernel);
+    let by_products = (passes() - before) as f64 / args.reps as f64;
+    set_attention_path(AttentionPath::Auto);
     set_products(Products::Auto);
     AttentionTiming {
         bench: "attention-step",
         dtype: format!("{dtype:?}").to_lowercase(),
-        backward: format!("{backward:?}").to_lowercase(),
+        path: format!("{path:?}").to_lowercase(),
         step_ms: median(&mut times) * 1e3,
         layers: args.layers,
         shape,
-        product_backwards_per_step: by_products,
+        product_passes_per_step: by_products,
     }
 }
 
@@ -617,8 +620,8 @@ fn main() {
     }
     for name in args.attention_dtypes.iter().filter(|name| !name.is_empty()) {
         let dtype = float_dtype(name);
-        for backward in [AttentionBackward::Kernel, AttentionBackward::Products] {
-            let timing = time_attention(&args, dtype, backward);
+        for path in [AttentionPath::Flash, AttentionPath::Products] {
+            let timing = time_attention(&args, dtype, path);
             println!("{}", serde_json::to_string(&timing).unwrap());
         }
     }

@@ -15,8 +15,15 @@
 //! (`[batch, heads, seq_q, seq_k]`, broadcast over batch or heads with a stride of 0) is added
 //! to the scaled scores; a bias of `-inf` (or below `-1e30`) masks a score. The bias gets no
 //! gradient here.
+//!
+//! Where a matrix library runs the products on tensor cores, [`scores_softmax`],
+//! [`attention_delta`] and [`scores_backward`] are the element-wise passes between the
+//! products of the same attention computed on a materialised score matrix (see `scores.rs`).
 
 mod kernels;
+mod scores;
+
+pub use scores::{ScoreGrads, ScoresSoftmax, attention_delta, scores_backward, scores_softmax};
 
 use cubecl::{prelude::*, server::Handle};
 
@@ -403,27 +410,7 @@ pub fn attention_backward<R: Runtime>(
         bias_arg(q, &shape, bias.as_ref());
 
     let rows = shape.rows();
-    let delta = client.empty(rows * 4);
-    let units = client
-        .properties()
-        .hardware
-        .max_units_per_cube
-        .clamp(1, 256);
-    // SAFETY: `out` and `grad_out` hold `rows * head_dim` elements and `delta` `rows`; units
-    // past the last row return at once.
-    unsafe {
-        kernels::delta_kernel::launch_unchecked::<R>(
-            client,
-            CubeCount::Static((rows as u32).div_ceil(units), 1, 1),
-            CubeDim::new_1d(units),
-            ArrayArg::from_raw_parts(out.clone(), shape.q_len()),
-            ArrayArg::from_raw_parts(grad_out.clone(), shape.q_len()),
-            ArrayArg::from_raw_parts(delta.clone(), rows),
-            shape.head_dim,
-            unroll_rows(client),
-            dtype.storage_type(),
-        );
-    }
+    let delta = delta(client, out, grad_out, &shape, dtype);
 
     let grad_q = client.empty(shape.q_len() * dtype.size_bytes());
     let grad_k = client.empty(shape.kv_len() * dtype.size_bytes());
@@ -499,4 +486,38 @@ pub fn attention_backward<R: Runtime>(
         grad_k,
         grad_v,
     })
+}
+
+/// Launches the backward prepass `delta = rowsum(dO ∘ O)` (f32, one per query row) on buffers
+/// already checked to hold `shape.q_len()` elements.
+fn delta<R: Runtime>(
+    client: &ComputeClient<R>,
+    out: &Handle,
+    grad_out: &Handle,
+    shape: &AttentionShape,
+    dtype: FloatDtype,
+) -> Handle {
+    let rows = shape.rows();
+    let delta = client.empty(rows * 4);
+    let units = client
+        .properties()
+        .hardware
+        .max_units_per_cube
+        .clamp(1, 256);
+    // SAFETY: `out` and `grad_out` hold `rows * head_dim` elements and `delta` `rows`; units
+    // past the last row return at once.
+    unsafe {
+        kernels::delta_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static((rows as u32).div_ceil(units), 1, 1),
+            CubeDim::new_1d(units),
+            ArrayArg::from_raw_parts(out.clone(), shape.q_len()),
+            ArrayArg::from_raw_parts(grad_out.clone(), shape.q_len()),
+            ArrayArg::from_raw_parts(delta.clone(), rows),
+            shape.head_dim,
+            unroll_rows(client),
+            dtype.storage_type(),
+        );
+    }
+    delta
 }

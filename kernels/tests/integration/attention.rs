@@ -20,7 +20,8 @@ use cubecl::server::Handle;
 use frugal_kernels::{
     FloatDtype, KernelError,
     attention::{
-        AttentionBias, AttentionConfig, AttentionShape, attention_backward, attention_forward,
+        AttentionBias, AttentionConfig, AttentionShape, attention_backward, attention_delta,
+        attention_forward, scores_backward, scores_softmax,
     },
 };
 use half::{bf16, f16};
@@ -306,6 +307,201 @@ fn f16_causal_and_unmasked() {
 fn bf16_causal_and_unmasked_on_cuda() {
     check(shape(2, 3, 77, 77, 64), true, None, FloatDtype::BF16, 11);
     check(shape(1, 2, 33, 65, 128), false, None, FloatDtype::BF16, 12);
+}
+
+/// `out[b] = a[b] · op(c[b])` for row-major `a` (`m × k` per batch) and `c` (`k × n`, or
+/// `n × k` used transposed when `transpose_c`), in f64: the products the score-matrix path
+/// leaves to its caller's matrix library.
+fn batched_product(
+    a: &[f32],
+    c: &[f32],
+    batch: usize,
+    [m, k, n]: [usize; 3],
+    transpose_a: bool,
+    transpose_c: bool,
+) -> Vec<f64> {
+    let mut out = vec![0.0; batch * m * n];
+    for b in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                out[(b * m + i) * n + j] = (0..k)
+                    .map(|x| {
+                        let av = if transpose_a {
+                            a[(b * k + x) * m + i]
+                        } else {
+                            a[(b * m + i) * k + x]
+                        };
+                        let cv = if transpose_c {
+                            c[(b * n + j) * k + x]
+                        } else {
+                            c[(b * k + x) * n + j]
+                        };
+                        av as f64 * cv as f64
+                    })
+                    .sum();
+            }
+        }
+    }
+    out
+}
+
+fn round_f64(data: &[f64], dtype: FloatDtype) -> Vec<f32> {
+    rounded(data.iter().map(|x| *x as f32).collect(), dtype)
+}
+
+/// The score-matrix path (`scores_softmax`, `attention_delta`, `scores_backward`) with its
+/// products done here in f64 and rounded to the dtype, as a matrix library would return them:
+/// output, logsumexp and the three gradients against the f64 reference.
+fn check_scores_path(
+    shape: AttentionShape,
+    causal: bool,
+    bias: Option<Bias>,
+    dtype: FloatDtype,
+    seed: u64,
+) {
+    let client = client();
+    let s = shape;
+    let (bh, sq, sk, d) = (s.batch * s.heads, s.seq_q, s.seq_k, s.head_dim);
+    let q = rounded(values(s.q_len(), seed), dtype);
+    let k = rounded(values(s.kv_len(), seed + 1), dtype);
+    let v = rounded(values(s.kv_len(), seed + 2), dtype);
+    let grad_out = rounded(values(s.q_len(), seed + 3), dtype);
+    let config = AttentionConfig {
+        causal,
+        scale: None,
+    };
+    let bias = bias.map(|b| Bias {
+        values: rounded(b.values, dtype),
+        ..b
+    });
+    let scale = 1.0 / (d as f64).sqrt();
+    let want = reference(&s, &q, &k, &v, &grad_out, bias.as_ref(), causal, scale);
+    let bias_handle = bias.as_ref().map(|b| upload(&client, &b.values, dtype));
+    let bias_arg = bias.as_ref().map(|b| AttentionBias {
+        handle: bias_handle.as_ref().unwrap(),
+        batch_stride: b.batch_stride,
+        head_stride: b.head_stride,
+        row_stride: b.row_stride,
+    });
+
+    let scores = round_f64(
+        &batched_product(&q, &k, bh, [sq, d, sk], false, true),
+        dtype,
+    );
+    let scores_h = upload(&client, &scores, dtype);
+    let fwd = scores_softmax(&client, &scores_h, bias_arg, s, dtype, config).unwrap();
+    let probs = download(&client, &fwd.probs, bh * sq * sk, dtype);
+    let out = round_f64(
+        &batched_product(&probs, &v, bh, [sq, sk, d], false, false),
+        dtype,
+    );
+
+    let (atol, rtol) = match dtype {
+        FloatDtype::F32 => (2e-5, 1e-3),
+        FloatDtype::F16 => (3e-3, 1e-2),
+        FloatDtype::BF16 => (2e-2, 3e-2),
+    };
+    let ctx = format!(
+        "scores path, {s:?} causal {causal} bias {} {dtype}",
+        bias.is_some()
+    );
+    assert_close(&out, &want.out, atol, rtol, &format!("out, {ctx}"));
+    let lse = read_f32(&client, &fwd.lse, s.rows());
+    let want_lse: Vec<f64> = want
+        .lse
+        .iter()
+        .map(|x| if x.is_finite() { *x } else { -1.0e38 })
+        .collect();
+    let lse_atol = if dtype == FloatDtype::F32 { 1e-4 } else { atol };
+    assert_close(&lse, &want_lse, lse_atol, 1e-5, &format!("lse, {ctx}"));
+
+    let out_h = upload(&client, &out, dtype);
+    let go_h = upload(&client, &grad_out, dtype);
+    let delta = attention_delta(&client, &out_h, &go_h, s, dtype).unwrap();
+    let grad_probs = round_f64(
+        &batched_product(&grad_out, &v, bh, [sq, d, sk], false, true),
+        dtype,
+    );
+    let grad_probs_h = upload(&client, &grad_probs, dtype);
+    let back = scores_backward(
+        &client,
+        &scores_h,
+        &grad_probs_h,
+        bias_arg,
+        &fwd.lse,
+        &delta,
+        s,
+        dtype,
+        config,
+    )
+    .unwrap();
+    let probs_again = download(&client, &back.probs, bh * sq * sk, dtype);
+    let want_probs: Vec<f64> = probs.iter().map(|x| *x as f64).collect();
+    assert_close(
+        &probs_again,
+        &want_probs,
+        1e-6,
+        1e-2,
+        &format!("probs, {ctx}"),
+    );
+    let grad_scores = download(&client, &back.grad_scores, bh * sq * sk, dtype);
+    let grad_q = batched_product(&grad_scores, &k, bh, [sq, sk, d], false, false);
+    let grad_k = batched_product(&grad_scores, &q, bh, [sk, sq, d], true, false);
+    let grad_v = batched_product(&probs_again, &grad_out, bh, [sk, sq, d], true, false);
+    for (name, got, want) in [
+        ("grad_q", grad_q, &want.grad_q),
+        ("grad_k", grad_k, &want.grad_k),
+        ("grad_v", grad_v, &want.grad_v),
+    ] {
+        assert_close(
+            &round_f64(&got, dtype),
+            want,
+            atol,
+            rtol,
+            &format!("{name}, {ctx}"),
+        );
+    }
+}
+
+#[test]
+fn scores_path_f32_causal_odd_sizes_and_unmasked() {
+    check_scores_path(shape(2, 3, 33, 33, 32), true, None, FloatDtype::F32, 30);
+    check_scores_path(shape(1, 2, 17, 70, 64), false, None, FloatDtype::F32, 31);
+    // Rows of 64 keys: the kernels read and write whole vectors of keys.
+    check_scores_path(shape(2, 2, 64, 64, 32), true, None, FloatDtype::F32, 37);
+}
+
+#[test]
+fn scores_path_f32_bias_with_masked_rows_and_one_row() {
+    let s = shape(2, 2, 19, 23, 80);
+    let mut bias = values(s.heads * s.seq_q * s.seq_k, 41);
+    for (i, b) in bias.iter_mut().enumerate() {
+        let row = (i / s.seq_k) % s.seq_q;
+        if i % 5 == 0 || row == 2 {
+            *b = f32::NEG_INFINITY;
+        }
+    }
+    let bias = Bias {
+        values: bias,
+        batch_stride: 0,
+        head_stride: s.seq_q * s.seq_k,
+        row_stride: s.seq_k,
+    };
+    check_scores_path(s, false, Some(bias), FloatDtype::F32, 32);
+    check_scores_path(shape(3, 1, 1, 9, 32), false, None, FloatDtype::F32, 33);
+}
+
+#[test]
+fn scores_path_f16_causal() {
+    check_scores_path(shape(1, 2, 37, 37, 64), true, None, FloatDtype::F16, 34);
+    check_scores_path(shape(1, 2, 48, 48, 64), true, None, FloatDtype::F16, 38);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn scores_path_bf16_causal_and_unmasked_on_cuda() {
+    check_scores_path(shape(2, 3, 77, 77, 64), true, None, FloatDtype::BF16, 35);
+    check_scores_path(shape(1, 2, 33, 65, 128), false, None, FloatDtype::BF16, 36);
 }
 
 /// The written-out attention on Burn's wgpu backend, differentiated by Burn's autodiff:

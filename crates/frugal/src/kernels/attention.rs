@@ -141,6 +141,25 @@ fn forward_cube<R: CubeRuntime>(
         head_stride: s[1],
         row_stride: s[2],
     });
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(gemm) = super::attention_products::applies::<R>(q.dtype) {
+        let products = super::attention_products::forward(
+            &q.client,
+            &q.device,
+            gemm,
+            &q.handle,
+            &k.handle,
+            &v.handle,
+            bias_arg,
+            shape,
+            dtype,
+            config(call),
+        );
+        if let Some(out) = products {
+            super::ATTENTION_PRODUCT_FORWARDS.fetch_add(1, Relaxed);
+            return Some(forward_outputs(&q, out));
+        }
+    }
     let out = frugal_kernels::attention::attention_forward(
         &q.client,
         &q.handle,
@@ -153,12 +172,20 @@ fn forward_cube<R: CubeRuntime>(
     )
     .ok()?;
     ATTENTION_FORWARDS.fetch_add(1, Relaxed);
+    Some(forward_outputs(&q, out))
+}
+
+/// The forward's output and logsumexp as tensors shaped after `q`.
+fn forward_outputs<R: CubeRuntime>(
+    q: &CubeTensor<R>,
+    out: frugal_kernels::attention::AttentionForward,
+) -> (CubeTensor<R>, CubeTensor<R>) {
     let dims = q.meta.shape().as_slice().to_vec();
     let rows = dims[..3].to_vec();
-    Some((
-        wrap(&q, out.out, dims, q.dtype),
-        wrap(&q, out.lse, rows, DType::F32),
-    ))
+    (
+        wrap(q, out.out, dims, q.dtype),
+        wrap(q, out.lse, rows, DType::F32),
+    )
 }
 
 /// The backward kernels on CubeCL tensors: `(grad_q, grad_k, grad_v)`, or `None`.
@@ -195,6 +222,28 @@ fn backward_cube<R: CubeRuntime>(
         head_stride: s[1],
         row_stride: s[2],
     });
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(gemm) = super::attention_products::applies::<R>(q.dtype) {
+        let products = super::attention_products::backward(
+            &q.client,
+            &q.device,
+            gemm,
+            &q.handle,
+            &k.handle,
+            &v.handle,
+            bias_arg,
+            &out.handle,
+            &lse.handle,
+            &grad_out.handle,
+            shape,
+            dtype,
+            config(call),
+        );
+        if let Some(grads) = products {
+            super::ATTENTION_PRODUCT_BACKWARDS.fetch_add(1, Relaxed);
+            return Some(backward_outputs(&q, &k, grads));
+        }
+    }
     let grads = frugal_kernels::attention::attention_backward(
         &q.client,
         &q.handle,
@@ -210,13 +259,22 @@ fn backward_cube<R: CubeRuntime>(
     )
     .ok()?;
     ATTENTION_BACKWARDS.fetch_add(1, Relaxed);
+    Some(backward_outputs(&q, &k, grads))
+}
+
+/// The three gradients as tensors shaped after `q` and `k`.
+fn backward_outputs<R: CubeRuntime>(
+    q: &CubeTensor<R>,
+    k: &CubeTensor<R>,
+    grads: frugal_kernels::attention::AttentionGrads,
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let q_dims = q.meta.shape().as_slice().to_vec();
     let kv_dims = k.meta.shape().as_slice().to_vec();
-    Some((
-        wrap(&q, grads.grad_q, q_dims, q.dtype),
-        wrap(&q, grads.grad_k, kv_dims.clone(), q.dtype),
-        wrap(&q, grads.grad_v, kv_dims, q.dtype),
-    ))
+    (
+        wrap(q, grads.grad_q, q_dims, q.dtype),
+        wrap(q, grads.grad_k, kv_dims.clone(), q.dtype),
+        wrap(q, grads.grad_v, kv_dims, q.dtype),
+    )
 }
 
 /// The inputs and outputs of one call, as a `dyn Any` slot the runtimes downcast.

@@ -96,7 +96,9 @@ pub struct KernelStats {
     pub attention_forwards: u64,
     /// Attention backward passes run by Frugal's flash-attention kernels.
     pub attention_backwards: u64,
-    /// Attention backward passes run as matrix products (see [`AttentionBackward`]).
+    /// Attention forward passes run as matrix products (see [`AttentionPath`]).
+    pub attention_product_forwards: u64,
+    /// Attention backward passes run as matrix products (see [`AttentionPath`]).
     pub attention_product_backwards: u64,
     /// Matrix products run on cuBLASLt (counted when queued).
     pub blas_products: u64,
@@ -116,6 +118,9 @@ pub(crate) static FUSED_ADAMW8BIT: AtomicU64 = AtomicU64::new(0);
 pub(crate) static ATTENTION_FORWARDS: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
 pub(crate) static ATTENTION_BACKWARDS: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
+pub(crate) static ATTENTION_PRODUCT_FORWARDS: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
 pub(crate) static ATTENTION_PRODUCT_BACKWARDS: AtomicU64 = AtomicU64::new(0);
 
 #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
@@ -135,6 +140,7 @@ pub fn stats() -> KernelStats {
         fused_adamw8bit: FUSED_ADAMW8BIT.load(Relaxed),
         attention_forwards: ATTENTION_FORWARDS.load(Relaxed),
         attention_backwards: ATTENTION_BACKWARDS.load(Relaxed),
+        attention_product_forwards: ATTENTION_PRODUCT_FORWARDS.load(Relaxed),
         attention_product_backwards: ATTENTION_PRODUCT_BACKWARDS.load(Relaxed),
         blas_products: BLAS_PRODUCTS.load(Relaxed),
         fused_blas_products: FUSED_BLAS_PRODUCTS.load(Relaxed),
@@ -352,45 +358,60 @@ pub fn products() -> Products {
     }
 }
 
-/// How the attention backward pass computes its gradients on a CubeCL backend (the portable
-/// path, for other backends, is unaffected).
-///
-/// The kernel is the default: on the reference GPT step in bf16 the products path runs the
-/// attention alone faster but the training step slower (its `seq × seq` element-wise passes
-/// and the transients between the products; see `docs/results.md`).
+/// How Frugal's attention runs on a CubeCL backend (the portable path, for other backends, is
+/// unaffected).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AttentionBackward {
-    /// Frugal's flash-attention backward kernel: no `seq × seq` tensor at any time.
+pub enum AttentionPath {
+    /// [`AttentionPath::Products`] for f16 and bf16 attention where their products run on
+    /// cuBLASLt (frugal-cuda), [`AttentionPath::Flash`] otherwise: f32 products on cuBLASLt
+    /// (strict or TF32) do not beat the flash kernels' f32 arithmetic by enough to pay for the
+    /// score matrices' traffic.
     #[default]
-    Kernel,
-    /// Five matrix products over each `(batch, head)`'s whole score matrix, recomputed from
-    /// the saved logsumexp, with the element-wise work in f32 between them: on tensor cores
-    /// through cuBLASLt, for `seq × seq` scores held transiently while one layer's backward
-    /// runs (never between the passes). Only where the attention's dtype's products run on
-    /// cuBLASLt (see [`Products`]: f16 and bf16 by default, f32 under [`Products::Blas`] or
-    /// [`Products::BlasTf32`]); elsewhere the kernel.
+    Auto,
+    /// Frugal's flash-attention kernels: no `seq × seq` tensor at any time.
+    Flash,
+    /// Matrix products on tensor cores through cuBLASLt (`q kᵀ` and `P v` forward; the scores,
+    /// `dO vᵀ`, `Pᵀ dO`, `dS k` and `dSᵀ q` backward), with the softmax and the scores'
+    /// gradient in f32 between them: `seq × seq` matrices held only while one call runs (two
+    /// forward, four backward; never between the passes, which keep what the flash kernels
+    /// keep). Only on frugal-cuda, where the attention's dtype's products run on cuBLASLt (see
+    /// [`Products`]: f16 and bf16 by default, f32 under [`Products::Blas`] or
+    /// [`Products::BlasTf32`]); elsewhere the flash kernels.
     Products,
 }
 
-static ATTENTION_BACKWARD: AtomicU8 = AtomicU8::new(0);
+impl AttentionPath {
+    /// Whether this setting asks for products for attention of `dtype` (where they can run).
+    pub(crate) fn wants_products(self, dtype: burn_backend::DType) -> bool {
+        use burn_backend::DType;
+        match self {
+            AttentionPath::Auto => matches!(dtype, DType::F16 | DType::BF16),
+            AttentionPath::Flash => false,
+            AttentionPath::Products => true,
+        }
+    }
+}
 
-/// Sets how the attention backward pass runs, for every device (default
-/// [`AttentionBackward::Kernel`]).
-pub fn set_attention_backward(choice: AttentionBackward) {
-    ATTENTION_BACKWARD.store(
-        match choice {
-            AttentionBackward::Kernel => 0,
-            AttentionBackward::Products => 1,
+static ATTENTION_PATH: AtomicU8 = AtomicU8::new(0);
+
+/// Sets how attention runs, for every device (default [`AttentionPath::Auto`]).
+pub fn set_attention_path(path: AttentionPath) {
+    ATTENTION_PATH.store(
+        match path {
+            AttentionPath::Auto => 0,
+            AttentionPath::Flash => 1,
+            AttentionPath::Products => 2,
         },
         Relaxed,
     );
 }
 
-/// The current [`AttentionBackward`] setting.
-pub fn attention_backward_choice() -> AttentionBackward {
-    match ATTENTION_BACKWARD.load(Relaxed) {
-        1 => AttentionBackward::Products,
-        _ => AttentionBackward::Kernel,
+/// The current [`AttentionPath`] setting.
+pub fn attention_path() -> AttentionPath {
+    match ATTENTION_PATH.load(Relaxed) {
+        1 => AttentionPath::Flash,
+        2 => AttentionPath::Products,
+        _ => AttentionPath::Auto,
     }
 }
 
@@ -410,10 +431,10 @@ pub(crate) fn products_on_library<B: Backend>(dtype: burn_backend::DType) -> boo
     false
 }
 
-/// Whether the attention backward of `dtype` on `B`'s primitives runs as matrix products
-/// (see [`AttentionBackward`]).
-pub(crate) fn attention_backward_by_products<B: Backend>(dtype: burn_backend::DType) -> bool {
-    attention_backward_choice() == AttentionBackward::Products && products_on_library::<B>(dtype)
+/// Whether attention of `dtype` on `B`'s primitives runs as matrix products (see
+/// [`AttentionPath`]).
+pub(crate) fn attention_by_products<B: Backend>(dtype: burn_backend::DType) -> bool {
+    attention_path().wants_products(dtype) && products_on_library::<B>(dtype)
 }
 
 /// Which product a [`ProductSlot`] holds.
@@ -525,6 +546,9 @@ pub(crate) fn linear_weight_backward<B: Backend>(
 mod products;
 
 #[cfg(feature = "frugal-cuda")]
+pub(crate) mod attention_products;
+
+#[cfg(feature = "frugal-cuda")]
 mod upload;
 
 /// `data` on `device` as primitive `P`, uploaded without a host copy where the runtime allows
@@ -548,6 +572,16 @@ pub(crate) fn try_upload<P: 'static, D: 'static>(
 mod tests {
     use super::Products;
     use burn_backend::DType;
+
+    #[test]
+    fn auto_attention_takes_products_for_16_bit_only() {
+        use super::AttentionPath;
+        assert!(AttentionPath::Auto.wants_products(DType::BF16));
+        assert!(AttentionPath::Auto.wants_products(DType::F16));
+        assert!(!AttentionPath::Auto.wants_products(DType::F32));
+        assert!(AttentionPath::Products.wants_products(DType::F32));
+        assert!(!AttentionPath::Flash.wants_products(DType::BF16));
+    }
 
     #[test]
     fn auto_moves_only_16_bit_products_to_the_library() {

@@ -32,7 +32,7 @@ type Tensor = CubeTensor<R>;
 type Fused = FusionTensor<FusionCubeRuntime<R>>;
 
 /// Whether cuBLASLt loads here (asked once per process).
-fn library_present() -> bool {
+pub(crate) fn library_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     *PRESENT.get_or_init(|| {
         let present = frugal_cuda::blas_available();

@@ -244,7 +244,8 @@ fn forward_kernel<B: Backend>(
     // The output ([.., sq, dv] in q's dtype) and the f32 logsumexp.
     let rows = query_rows::<B>(q);
     let v_shape = v.shape();
-    let out_bytes = rows * (v_shape[v_shape.len() - 1] * q.dtype().size() + 4);
+    let out_bytes = rows * (v_shape[v_shape.len() - 1] * q.dtype().size() + 4)
+        + products_transient::<B>(q, k, 2);
     q.state().make_room_for(out_bytes as u64);
     let [q_inner, k_inner, v_inner] = held.each_ref().map(|h| &h.0);
     let bias_inner = held_bias.as_ref().map(|h| &h.0);
@@ -270,6 +271,18 @@ fn hold<B: Backend, const N: usize>(
     std::sync::Arc<crate::device::Storage>,
 ); N] {
     tensors.map(|tensor| tensor.clone().split_view())
+}
+
+/// Bytes of `matrices` score-sized transients (`[.., sq, sk]` in q's dtype) when the call runs
+/// as matrix products (`kernels::AttentionPath::Products`), which hold them while they run;
+/// 0 otherwise.
+fn products_transient<B: Backend>(q: &Prim<B>, k: &Prim<B>, matrices: usize) -> usize {
+    if !kernels::attention_by_products::<B>(q.dtype()) {
+        return 0;
+    }
+    let k_shape = k.shape();
+    let seq_k = k_shape[k_shape.len() - 2];
+    matrices * query_rows::<B>(q) * seq_k * q.dtype().size()
 }
 
 /// Query rows of an attention input `[.., sq, d]`: the rows of the logsumexp.
@@ -307,18 +320,6 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
     let grad = cast_to::<B>(grad, saved.out.dtype());
     let state = saved.q.state();
     state.count_call(op(Op::attention));
-    if saved.by_kernel && kernels::attention_backward_by_products::<B>(saved.q.dtype()) {
-        kernels::ATTENTION_PRODUCT_BACKWARDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // The kernels' f32 `[b, h, sq]` logsumexp, with the row dimension products read.
-        let lse = Tensor::<Frugal<B>, 3>::from_primitive(TensorPrimitive::Float(saved.lse))
-            .unsqueeze_dim::<4>(3)
-            .into_primitive()
-            .tensor();
-        let inputs = portable::BackwardInputs::new(
-            saved.q, saved.k, saved.v, saved.bias, saved.out, lse, grad,
-        );
-        return portable::backward_by_products::<Frugal<B>>(inputs, saved.call);
-    }
     if saved.by_kernel {
         let held = hold::<B, _>([&saved.q, &saved.k, &saved.v, &saved.out, &saved.lse, &grad]);
         let held_bias = saved.bias.as_ref().map(|b| b.clone().split_view());
@@ -328,7 +329,8 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
             .iter()
             .map(|t| t.shape().num_elements() * elem)
             .sum::<usize>()
-            + query_rows::<B>(&saved.q) * 4;
+            + query_rows::<B>(&saved.q) * 4
+            + products_transient::<B>(&saved.q, &saved.k, 4);
         state.make_room_for(grad_bytes as u64);
         let [q, k, v, out, lse, grad_out] = held.each_ref().map(|h| &h.0);
         let bias = held_bias.as_ref().map(|h| &h.0);
@@ -556,133 +558,5 @@ pub(crate) mod portable {
             dk.into_primitive().tensor(),
             dv.into_primitive().tensor(),
         ]
-    }
-
-    /// The gradients of q, k and v as five matrix products over each `(batch, head)`'s whole
-    /// score matrix, in q's dtype (on tensor cores where the backend's products use them),
-    /// with the probabilities recomputed from the f32 logsumexp `lse` (`[b, h, sq, 1]`) and
-    /// the element-wise work between the products in f32.
-    ///
-    /// Memory: the scores, the probabilities (f32 and in q's dtype), their gradient and its
-    /// low-precision copy are `seq_q × seq_k` per `(batch, head)` and live only while this
-    /// call runs; nothing of the size is kept from the forward pass.
-    pub(crate) fn backward_by_products<B: Backend>(
-        inputs: BackwardInputs<B>,
-        call: AttentionCall,
-    ) -> [FloatTensor<B>; 3] {
-        let BackwardInputs {
-            q,
-            k,
-            v,
-            bias,
-            out,
-            lse,
-            grad_out,
-        } = inputs;
-        let lse = lse.cast(DType::F32);
-        let dtype = q.dtype();
-        let [_, _, seq_q, _] = q.dims();
-        let seq_k = k.dims()[2];
-        let mut s = q
-            .clone()
-            .matmul(k.clone().swap_dims(2, 3))
-            .cast(DType::F32)
-            .mul_scalar(call.scale);
-        if let Some(bias) = bias {
-            s = s + bias.cast(DType::F32);
-        }
-        if call.causal {
-            s = s.mask_fill(
-                causal_mask::<B>(0, seq_q, seq_k, &q.device()),
-                f32::NEG_INFINITY,
-            );
-        }
-        let p = (s - lse).exp();
-        let grad_v = p
-            .clone()
-            .cast(dtype)
-            .swap_dims(2, 3)
-            .matmul(grad_out.clone());
-        let grad_p = grad_out.clone().matmul(v.swap_dims(2, 3)).cast(DType::F32);
-        // D = rowsum(dO ∘ O), the softmax's correction, accumulated in f32.
-        let delta = (grad_out.cast(DType::F32) * out.cast(DType::F32)).sum_dim(3);
-        let grad_s = (p * (grad_p - delta)).mul_scalar(call.scale).cast(dtype);
-        let grad_q = grad_s.clone().matmul(k);
-        let grad_k = grad_s.swap_dims(2, 3).matmul(q);
-        [
-            grad_q.into_primitive().tensor(),
-            grad_k.into_primitive().tensor(),
-            grad_v.into_primitive().tensor(),
-        ]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use burn::backend::NdArray;
-    use burn_tensor::{Distribution, Tensor, TensorPrimitive};
-
-    use super::portable;
-    use crate::kernels::AttentionCall;
-
-    type B = NdArray;
-
-    fn input(shape: [usize; 4], seed: u64) -> Tensor<B, 4> {
-        <B as burn_backend::Backend>::seed(&Default::default(), seed);
-        Tensor::random(shape, Distribution::Uniform(-1.0, 1.0), &Default::default())
-    }
-
-    /// The products backward against the per-block one, both on the portable forward's
-    /// logsumexp: causal and not, a bias, rows not a multiple of a block, a longer key side.
-    #[test]
-    fn the_backward_as_products_gives_the_per_block_gradients() {
-        for (shape, seq_k, causal, bias) in [
-            ([2, 3, 70, 16], 70, true, false),
-            ([1, 2, 33, 8], 41, false, true),
-            ([1, 1, 130, 32], 130, true, true),
-        ] {
-            let [b, h, sq, d] = shape;
-            let q = input(shape, 1);
-            let k = input([b, h, seq_k, d], 2);
-            let v = input([b, h, seq_k, d], 3);
-            let g = input(shape, 4);
-            let bias = bias.then(|| input([b, h, sq, seq_k], 5));
-            let call = AttentionCall {
-                causal,
-                scale: 1.0 / (d as f32).sqrt(),
-            };
-            let p = |t: &Tensor<B, 4>| t.clone().into_primitive().tensor();
-            let (out, lse) =
-                portable::forward::<B>(p(&q), p(&k), p(&v), bias.as_ref().map(p), call);
-            let inputs = || {
-                portable::BackwardInputs::new(
-                    p(&q),
-                    p(&k),
-                    p(&v),
-                    bias.as_ref().map(p),
-                    out.clone(),
-                    lse.clone(),
-                    p(&g),
-                )
-            };
-            let want = portable::backward::<B>(inputs(), call);
-            let got = portable::backward_by_products::<B>(inputs(), call);
-            for (name, (got, want)) in ["q", "k", "v"].iter().zip(got.into_iter().zip(want)) {
-                let read = |t| {
-                    Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(t))
-                        .into_data()
-                        .to_vec::<f32>()
-                        .unwrap()
-                };
-                let (got, want) = (read(got), read(want));
-                assert!(want.iter().any(|x| x.abs() > 1e-3), "{name}: all but zero");
-                for (i, (a, e)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (a - e).abs() <= 1e-5 + 1e-4 * e.abs(),
-                        "grad {name} {shape:?} causal {causal}: [{i}] {a} vs {e}"
-                    );
-                }
-            }
-        }
     }
 }
