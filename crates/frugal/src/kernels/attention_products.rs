@@ -12,6 +12,7 @@
 //! [`AttentionPath`]: super::AttentionPath
 
 use std::any::{Any, TypeId};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -99,7 +100,13 @@ impl<R: CubeRuntime> Products<'_, R> {
         match frugal_cuda::matmul(self.device, &shape, lhs.0, rhs.0, &out) {
             Ok(()) => Some(out),
             Err(error) => {
-                log::warn!("frugal: attention's products fall back to the flash kernels: {error}");
+                // Once per process: a refusal repeats for every layer and step.
+                static WARNED: AtomicBool = AtomicBool::new(false);
+                if !WARNED.swap(true, Relaxed) {
+                    log::warn!(
+                        "frugal: attention's products fall back to the flash kernels: {error}"
+                    );
+                }
                 None
             }
         }
