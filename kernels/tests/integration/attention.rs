@@ -276,23 +276,29 @@ fn f32_more_keys_than_queries() {
     check(shape(1, 2, 70, 5, 32), true, None, FloatDtype::F32, 7);
 }
 
-#[test]
-fn f32_bias_broadcast_over_batch_with_masked_entries() {
-    let s = shape(2, 2, 19, 23, 32);
-    let mut bias = values(s.heads * s.seq_q * s.seq_k, 40);
-    // Mask every seventh pair and all of query row 3 (which then outputs 0).
-    for (i, b) in bias.iter_mut().enumerate() {
+/// A `[heads, seq_q, seq_k]` bias broadcast over the batch, with every `every`-th pair and all
+/// of query row `masked_row` set to `-inf`.
+fn masked_bias(s: &AttentionShape, seed: u64, every: usize, masked_row: usize) -> Bias {
+    let mut values = values(s.heads * s.seq_q * s.seq_k, seed);
+    for (i, b) in values.iter_mut().enumerate() {
         let row = (i / s.seq_k) % s.seq_q;
-        if i % 7 == 0 || row == 3 {
+        if i % every == 0 || row == masked_row {
             *b = f32::NEG_INFINITY;
         }
     }
-    let bias = Bias {
-        values: bias,
+    Bias {
+        values,
         batch_stride: 0,
         head_stride: s.seq_q * s.seq_k,
         row_stride: s.seq_k,
-    };
+    }
+}
+
+#[test]
+fn f32_bias_broadcast_over_batch_with_masked_entries() {
+    let s = shape(2, 2, 19, 23, 32);
+    // Every seventh pair and all of query row 3 (which then outputs 0) masked.
+    let bias = masked_bias(&s, 40, 7, 3);
     check(s, false, Some(bias), FloatDtype::F32, 8);
 }
 
@@ -474,19 +480,7 @@ fn scores_path_f32_causal_odd_sizes_and_unmasked() {
 #[test]
 fn scores_path_f32_bias_with_masked_rows_and_one_row() {
     let s = shape(2, 2, 19, 23, 80);
-    let mut bias = values(s.heads * s.seq_q * s.seq_k, 41);
-    for (i, b) in bias.iter_mut().enumerate() {
-        let row = (i / s.seq_k) % s.seq_q;
-        if i % 5 == 0 || row == 2 {
-            *b = f32::NEG_INFINITY;
-        }
-    }
-    let bias = Bias {
-        values: bias,
-        batch_stride: 0,
-        head_stride: s.seq_q * s.seq_k,
-        row_stride: s.seq_k,
-    };
+    let bias = masked_bias(&s, 41, 5, 2);
     check_scores_path(s, false, Some(bias), FloatDtype::F32, 32);
     check_scores_path(shape(3, 1, 1, 9, 32), false, None, FloatDtype::F32, 33);
 }
