@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, session 3: plain Burn and Frugal's budgets after batching offloads into one device
+# Issue 4 (2026-11-22): plain Burn and Frugal's budgets after batching offloads into one device
 # read per eviction round. One child per configuration with its own time limit. Budgets are
 # fractions of the unconstrained peak live bytes (8,096,366,596 B, identical in every call).
 set -u

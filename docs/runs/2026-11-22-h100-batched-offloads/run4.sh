@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, session 3: plain Burn, Frugal's scopes and budgets (offloads batched into one device
+# Issue 4 (2026-11-22): plain Burn, Frugal's scopes and budgets (offloads batched into one device
 # read per eviction round), PyTorch's checkpointing twins, in one call. One child per
 # configuration with its own time limit; every step's time is kept (`step_ms`) and the number
 # of CubeCL kernel compilations per configuration is counted (cubecl.toml logs them).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, session 7: the budget curve on frugal-cuda (Frugal's caching allocator, whose
+# Issue 4 (2026-11-22): the budget curve on frugal-cuda (Frugal's caching allocator, whose
 # reserved bytes can follow the budget) beside burn-cuda and PyTorch's checkpointing, one call.
 # SPECS: dev:config:limit_s:steps:warmup[:budget_fraction_denominator]
 set -u

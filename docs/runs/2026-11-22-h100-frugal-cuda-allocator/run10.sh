@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6, session 6, call 6: frugal-cuda's reserved bytes over a longer run, with the default
+# Issue 6, 2026-11-22: frugal-cuda's reserved bytes over a longer run, with the default
 # allocator policy and with huge requests in their own segments (FRUGAL_CUDA_HUGE_THRESHOLD_MIB).
 set -u
 cd "$(dirname "$0")"

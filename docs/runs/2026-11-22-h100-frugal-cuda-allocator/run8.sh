@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6, session 6: frugal-cuda (CubeCL's CUDA kernels on Frugal's caching allocator) beside
+# Issue 6 (2026-11-22): frugal-cuda (CubeCL's CUDA kernels on Frugal's caching allocator) beside
 # burn-cuda and PyTorch, one call. Allocation latency and the stress test first, then the
 # reference step on both runtimes (plain Burn and Frugal's ledger), then torch_gpt.py.
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6, session 6, call 4: frugal-cuda's allocator input recorded on the reference step (for
+# Issue 6, 2026-11-22: frugal-cuda's allocator input recorded on the reference step (for
 # offline policy comparisons), and the differential cases on burn-cuda vs frugal-cuda.
 set -u
 cd "$(dirname "$0")"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5, session 5: Frugal's own kernels reached from the decorator on CUDA. Each spec is
+# Issue 5 (2026-11-22): Frugal's own kernels reached from the decorator on CUDA. Each spec is
 # name:limit:steps:warmup:kernels:fusion (kernels auto|always|never; fusion 1|0). Same-call
 # comparison of Burn's casts and Frugal's, with and without fusion; the losses of runs that
 # differ only in the kernel mode must be equal bit for bit.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5, session 5: the whole GPU table in one call. PyTorch's twins, plain Burn, Frugal's
+# Issue 5 (2026-11-22): the whole GPU table in one call. PyTorch's twins, plain Burn, Frugal's
 # bf16 autocast (cast back / low outputs / low outputs + bf16 storage under a budget of 1/3),
 # the cast kernels' throughput, and the example on f16 autocast with loss scaling (GradScaler's
 # fused unscale on CUDA under fusion).

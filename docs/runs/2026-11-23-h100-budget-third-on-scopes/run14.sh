@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, session 10: the budget curve on top of checkpoint scopes (outside a scope, ops reading a scope's tensors get no recipe), one call.
+# Issue 4 (2026-11-23): the budget curve on top of checkpoint scopes (outside a scope, ops reading a scope's tensors get no recipe), one call.
 # SPECS: dev:config:limit_s:steps:warmup[:budget_fraction_denominator]
 set -u
 cd "$(dirname "$0")"

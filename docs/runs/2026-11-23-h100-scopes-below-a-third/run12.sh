@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, session 8: who holds the bytes at the peak (--peak-holders), budget curve, one call.
+# Issue 4 (2026-11-23): who holds the bytes at the peak (--peak-holders), budget curve, one call.
 # reserved bytes can follow the budget) beside burn-cuda and PyTorch's checkpointing, one call.
 # SPECS: dev:config:limit_s:steps:warmup[:budget_fraction_denominator]
 set -u

@@ -2,7 +2,7 @@
 """Reads a gpt --out folder (memory.json, memory_viz.pickle from frugal-cuda) and prints, for
 the recorded step, the allocator's events by kind, the bytes in live blocks at each segment
 growth (when CubeCL's free slots were just handed back, so these are the bytes really held),
-and the ledger's peak live bytes. Used for session 31's diagnosis (call 1, 2, 6)."""
+and the ledger's peak live bytes. Used for the diagnosis of 2026-11-27 (runs 2026-11-27-h200-allocator-trace and -2)."""
 import collections, json, pickle, sys
 
 folder = sys.argv[1]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 33 (s32.sh plus the allocator's per-step counters): gpt rows at the reference size, one process per row with its own time limit.
+# gpt-rows.sh plus the allocator's per-step counters): gpt rows at the reference size, one process per row with its own time limit.
 # ROWS: "limit_s|device|extra args" separated by ';'. The kernel and autotune caches travel in
 # cubecl-cache.tgz (paths under target/).
 set -u

@@ -12,7 +12,7 @@ if [ -n "${TORCH:-}" ]; then
   PYTHONUNBUFFERED=1 timeout ${TORCH_LIMIT:-150} python3 torch_gpt.py --configs $TORCH > $OUT/torch.jsonl 2>&1
   echo "torch exit $? in $(( $(date +%s) - t0 )) s"; grep '^{' $OUT/torch.jsonl | cut -c1-300
 fi
-# The frugal configuration's peak live bytes at the reference size (sessions 7-10).
+# The frugal configuration's peak live bytes at the reference size (2026-11-22 to 2026-11-23).
 PEAK=8096366596
 i=0
 for spec in ${SPECS:-}; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 17's user check on the GPU: the gpt example at the reference size, default fused
+# The user check (2026-11-25) on the GPU: the gpt example at the reference size, default fused
 # backend, with --optimizer adamw8bit and RUST_LOG=frugal=info; its memory_viz.pickle loaded
 # in python. RUNS: name:limit_s:device:args (args comma-separated, REF = the reference size).
 set -u

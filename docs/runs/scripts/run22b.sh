@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 18's check of issue 22 on the GPU: the gpt example at the reference size on cuda and
+# The check of issue 22 (2026-11-25) on the GPU: the gpt example at the reference size on cuda and
 # frugal-cuda; its memory_viz.pickle loaded in python, the segments' total against the
 # allocator's reserved bytes in memory.json (taken in the same snapshot), the trace replayed,
 # and the ledger's bytes by role. RUNS: name:limit_s:device:args (args comma-separated, REF =

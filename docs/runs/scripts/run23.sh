@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 18's check of issue 23, item 2 (frugal-cuda's compiled kernels on disk): the gpt
+# The check of issue 23 (2026-11-25), item 2 (frugal-cuda's compiled kernels on disk): the gpt
 # example at the reference size on frugal-cuda, one process after another on one machine:
 # "first" with an empty kernel cache, "second" with what the first stored, "second-nojit" the
 # same with the driver's own PTX JIT cache off, "off" with our cache off. CubeCL's autotune
