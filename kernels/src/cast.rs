@@ -87,7 +87,7 @@ fn elemwise_launch<R: Runtime>(client: &ComputeClient<R>, units: usize) -> (Cube
     (cube_dim, cube_count)
 }
 
-/// Shared body of [`cast`] and [`cast_scaled`].
+/// Shared body of [`cast()`] and [`cast_scaled`].
 fn launch_cast<R: Runtime>(
     client: &ComputeClient<R>,
     input: &Handle,
@@ -167,7 +167,8 @@ pub fn cast<R: Runtime>(
 ///
 /// The product is taken in f32 and rounded once to `to`. With `from = F32` and a low-precision
 /// `to` this scales before narrowing (a loss-scaled cast); with a low-precision `from` and
-/// `to = F32` it widens then scales. `scale` must be finite and > 0; other checks as [`cast`].
+/// `to = F32` it widens then scales. `scale` must be finite and > 0; other checks as
+/// [`cast()`].
 pub fn cast_scaled<R: Runtime>(
     client: &ComputeClient<R>,
     input: &Handle,
@@ -190,7 +191,7 @@ pub fn copy<R: Runtime>(
     cast(client, input, len, dtype, dtype)
 }
 
-/// f32 → f16 (round to nearest even; overflow gives ±inf). See [`cast`].
+/// f32 → f16 (round to nearest even; overflow gives ±inf). See [`cast()`].
 pub fn cast_f32_to_f16<R: Runtime>(
     client: &ComputeClient<R>,
     input: &Handle,
@@ -199,7 +200,7 @@ pub fn cast_f32_to_f16<R: Runtime>(
     cast(client, input, len, FloatDtype::F32, FloatDtype::F16)
 }
 
-/// f16 → f32 (exact). See [`cast`].
+/// f16 → f32 (exact). See [`cast()`].
 pub fn cast_f16_to_f32<R: Runtime>(
     client: &ComputeClient<R>,
     input: &Handle,
@@ -209,7 +210,7 @@ pub fn cast_f16_to_f32<R: Runtime>(
 }
 
 /// f32 → bf16 (round to nearest even). Errors with [`KernelError::UnsupportedDtype`] where the
-/// device has no bf16. See [`cast`].
+/// device has no bf16. See [`cast()`].
 pub fn cast_f32_to_bf16<R: Runtime>(
     client: &ComputeClient<R>,
     input: &Handle,
@@ -219,7 +220,7 @@ pub fn cast_f32_to_bf16<R: Runtime>(
 }
 
 /// bf16 → f32 (exact). Errors with [`KernelError::UnsupportedDtype`] where the device has no
-/// bf16. See [`cast`].
+/// bf16. See [`cast()`].
 pub fn cast_bf16_to_f32<R: Runtime>(
     client: &ComputeClient<R>,
     input: &Handle,

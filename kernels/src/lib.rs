@@ -24,6 +24,52 @@
 //!
 //! Loads and stores are vectorised with the widest vector size the runtime favours for the
 //! element type that divides the length (falling back to 1).
+//!
+//! # Example
+//!
+//! The host-side helpers need no device: the sizes a caller allocates before a launch.
+//!
+//! ```
+//! use frugal_kernels::attention::{AttentionConfig, AttentionShape};
+//! use frugal_kernels::{FloatDtype, adamw8bit_layout};
+//!
+//! // A bf16 copy of a 4096-element f32 tensor takes half the bytes.
+//! assert_eq!(4096 * FloatDtype::BF16.size_bytes(), 4096 * FloatDtype::F32.size_bytes() / 2);
+//!
+//! // 8-bit AdamW state of a 1000-element parameter in blocks of 256: 4 blocks, each moment in
+//! // 256 words of four codes (the last block padded), plus one absmax per block and moment.
+//! assert_eq!(adamw8bit_layout(1000, 256), (4, 256));
+//!
+//! // Flash attention keeps one logsumexp per query row, not the seq × seq scores.
+//! let shape = AttentionShape { batch: 2, heads: 4, seq_q: 128, seq_k: 128, head_dim: 64 };
+//! assert_eq!(shape.rows(), 2 * 4 * 128);
+//! assert_eq!(AttentionConfig::default().scale_for(shape.head_dim), 0.125);
+//! ```
+//!
+//! A launch takes a runtime's client and device buffers. This function compiles for any
+//! runtime; calling it needs a device (e.g. `cubecl::wgpu::WgpuRuntime` with feature `wgpu`,
+//! `cubecl::cuda::CudaRuntime` with feature `cuda`), so it is not called here.
+//!
+//! ```
+//! use frugal_kernels::cubecl::{Runtime, client::ComputeClient};
+//! use frugal_kernels::{KernelError, cast_f32_to_bf16, unscale_and_check};
+//!
+//! /// Unscales loss-scaled f32 gradients in place and returns their bf16 copy, or `None` when
+//! /// one was NaN or infinite (the step is then skipped).
+//! fn unscale_then_narrow<R: Runtime>(
+//!     client: &ComputeClient<R>,
+//!     grads: &[f32],
+//!     loss_scale: f32,
+//! ) -> Result<Option<frugal_kernels::cubecl::server::Handle>, KernelError> {
+//!     let bytes: Vec<u8> = grads.iter().flat_map(|g| g.to_le_bytes()).collect();
+//!     let handle = client.create_from_slice(&bytes);
+//!     let found_inf = unscale_and_check(client, &[(&handle, grads.len())], 1.0 / loss_scale)?;
+//!     if found_inf.read(client)? {
+//!         return Ok(None);
+//!     }
+//!     cast_f32_to_bf16(client, &handle, grads.len()).map(Some)
+//! }
+//! ```
 #![warn(missing_docs)]
 
 /// The CubeCL crate these kernels are built with (the same version Burn 0.21 uses), so callers

@@ -65,3 +65,8 @@ pub use runtime::{AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorVie
 pub use scaler::{GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep};
 pub use tensor::FrugalTensor;
 pub use units::{ParseBytesError, format_bytes, parse_bytes};
+
+// The README's Rust examples, compiled and run as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme {}

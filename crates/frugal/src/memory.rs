@@ -246,7 +246,7 @@ pub fn remat_stats<D: DeviceOps + 'static>(device: &D) -> RematStats {
 
 /// Lets the budget keep f32 tensors on `device` compressed to `dtype` (`LowPrecision::BF16` or
 /// `F16`), as a third eviction action beside recomputation and offload (see
-/// [`crate::policy`]); `None` switches compression off (the default: it is lossy, a
+/// [`Action::Compress`](crate::Action::Compress)); `None` switches compression off (the default: it is lossy, a
 /// compressed tensor reads back as its rounded value). Refused, naming the backend and the
 /// types it accepts, when `B` cannot store that type on `device`.
 pub fn set_storage_precision<B: burn_backend::Backend>(

@@ -90,8 +90,9 @@ impl Stats {
         }
     }
 
-    /// Peak reserved over peak allocated (1.0 when nothing was ever allocated): the figure
-    /// issue 6 bounds (≤ 1.1 on the reference GPT step).
+    /// Peak reserved over peak allocated (1.0 when nothing was ever allocated): how much
+    /// more the device had to reserve than tensors ever held at once. The project's target is
+    /// ≤ 1.1 on the reference GPT step.
     pub fn peak_ratio(&self) -> f64 {
         if self.peak_allocated_bytes == 0 {
             1.0

@@ -43,8 +43,9 @@ fn device_location(ordinal: i32) -> CUmemLocation {
 /// [`DeviceMemory`] of one CUDA device, through the driver API: `cuMemAlloc`/`cuMemFree` for
 /// plain segments and the virtual-memory calls for expandable ones (one physical allocation per
 /// granule, as PyTorch does, so any granule-aligned part of a mapping can be unmapped). Its
-/// granule, the one [`DeviceMemory::granularity`] reports, is the [`map_unit`]: a multiple of
-/// the driver's own granularity.
+/// granule, the one [`DeviceMemory::granularity`] reports, is the map unit: 4 MiB unless
+/// `FRUGAL_CUDA_MAP_UNIT_MIB` sets another number of MiB (0: the driver's granularity), rounded
+/// up to a power of two no smaller than the driver's own granularity.
 ///
 /// Memory is only returned to the driver for blocks no tensor holds, but kernels queued before
 /// the last free may still read it. `free` synchronises the context first (it is rare). An

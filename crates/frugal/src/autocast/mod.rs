@@ -12,7 +12,7 @@ pub use crate::units::LowPrecision;
 
 /// An autocast policy: the low type and the precision of every forwarded op. Build it with
 /// [`AutocastPolicy::new`], change entries with [`AutocastPolicy::with`], switch it on with
-/// [`set_autocast`].
+/// [`set_autocast`](crate::set_autocast).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AutocastPolicy {
     low: LowPrecision,

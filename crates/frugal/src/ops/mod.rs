@@ -1,7 +1,7 @@
 //! Every Backend op trait of Burn 0.21, forwarded to the inner backend.
 //!
 //! Each op family (one file per Burn op trait, as in burn-autodiff) lists its methods once in
-//! a small signature language read by [`forward_ops!`]:
+//! a small signature language read by the private macro `forward_ops!`:
 //!
 //! | kind | Frugal-side type | handed to the inner backend as |
 //! |---|---|---|
