@@ -11,13 +11,18 @@ fn bench(configs: &str) -> (String, Vec<serde_json::Value>) {
 
 /// As [`bench`] on `device`.
 fn bench_on(device: &str, configs: &str) -> (String, Vec<serde_json::Value>) {
+    bench_with(device, configs, &[])
+}
+
+/// As [`bench_on`], with `extra` flags.
+fn bench_with(device: &str, configs: &str, extra: &[&str]) -> (String, Vec<serde_json::Value>) {
     let out = Command::new(env!("CARGO_BIN_EXE_peak-memory"))
         .args([
             "--device",
             device,
             "--layers",
             "2",
-            "--d",
+            "--d-model",
             "32",
             "--heads",
             "4",
@@ -34,6 +39,7 @@ fn bench_on(device: &str, configs: &str) -> (String, Vec<serde_json::Value>) {
             "--configs",
             configs,
         ])
+        .args(extra)
         .output()
         .expect("bench runs");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -160,5 +166,58 @@ fn bf16_configurations_run_on_flex() {
     assert!(
         stored["peak_allocated_bytes"].as_u64() < frugal["peak_allocated_bytes"].as_u64(),
         "{stored}"
+    );
+}
+
+#[test]
+fn flags_are_named_as_gpt_names_them_and_the_older_spellings_still_run() {
+    let (stdout, lines) = bench_with("cpu", "frugal", &["--attention", "fused"]);
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert_eq!(lines[0]["fused_attention"], true, "{stdout}");
+    assert_eq!(lines[0]["d"], 32);
+    // As recorded commands spell them: `--d` and `--fused-attention`.
+    let out = Command::new(env!("CARGO_BIN_EXE_peak-memory"))
+        .args([
+            "--layers", "1", "--d", "16", "--heads", "2", "--vocab", "64",
+        ])
+        .args([
+            "--seq", "8", "--batch", "2", "--steps", "3", "--warmup", "1",
+        ])
+        .args(["--fused-attention", "--no-segments", "--configs", "frugal"])
+        .output()
+        .expect("bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .expect("a JSON line");
+    assert_eq!(
+        (line["d"].as_u64(), line["layers"].as_u64()),
+        (Some(16), Some(1))
+    );
+    assert_eq!(line["fused_attention"], true);
+}
+
+#[test]
+fn a_device_this_build_lacks_is_refused_naming_it_and_the_build_that_has_it() {
+    if cfg!(feature = "frugal-cuda") {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_peak-memory"))
+        .args(["--device", "frugal-cuda"])
+        .output()
+        .expect("bench runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--device frugal-cuda: this build of peak-memory runs on cpu, flex")
+            && stderr.contains("--features frugal-cuda"),
+        "{stderr}"
     );
 }

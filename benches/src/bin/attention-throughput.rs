@@ -17,26 +17,29 @@
 
 use std::time::Instant;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use frugal_benches::median;
 use frugal_kernels::attention::{
     AttentionConfig, AttentionShape, attention_backward, attention_forward,
 };
 use frugal_kernels::cubecl::{Runtime, client::ComputeClient, future::block_on};
 use frugal_kernels::{FloatDtype, KernelError, cast};
+use gpt::cli::DeviceKind;
 use serde::Serialize;
 
-#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum DeviceKind {
-    Cuda,
-    Wgpu,
-}
+/// The devices this build runs on: the kernels run on CubeCL's GPU runtimes only.
+const BUILT: &[DeviceKind] = &[
+    #[cfg(feature = "wgpu")]
+    DeviceKind::Wgpu,
+    #[cfg(feature = "cuda")]
+    DeviceKind::Cuda,
+];
 
 /// Time the flash-attention kernels.
 #[derive(Parser)]
 struct Args {
-    /// Where to run (needs a build with the matching feature).
+    /// Where to run: cuda or wgpu, with a build of the matching feature (the kernels run on
+    /// CubeCL's GPU runtimes, not on the CPU; frugal-cuda's allocator does not change them).
     #[arg(long, value_enum, default_value = "cuda")]
     device: DeviceKind,
     /// Batch size.
@@ -275,8 +278,15 @@ fn main() {
         }
         #[allow(unreachable_patterns)]
         other => {
-            let name = format!("{other:?}").to_lowercase();
-            eprintln!("error: --device {name} needs a build with `--features {name}`");
+            let message = match other {
+                DeviceKind::Cuda | DeviceKind::Wgpu => other.refused("attention-throughput", BUILT),
+                _ => format!(
+                    "--device {}: attention-throughput times kernels on CubeCL's GPU runtimes: use \
+                     --device cuda or wgpu (built with `--features cuda` or `--features wgpu`)",
+                    other.name()
+                ),
+            };
+            eprintln!("error: {message}");
             std::process::exit(2);
         }
     }

@@ -17,23 +17,26 @@
 
 use std::time::Instant;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use frugal_benches::median;
 use frugal_kernels::cubecl::{Runtime, client::ComputeClient, future::block_on, server::Handle};
 use frugal_kernels::{FloatDtype, KernelError, cast, copy};
+use gpt::cli::DeviceKind;
 use serde::Serialize;
 
-#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum DeviceKind {
-    Cuda,
-    Wgpu,
-}
+/// The devices this build runs on: the kernels run on CubeCL's GPU runtimes only.
+const BUILT: &[DeviceKind] = &[
+    #[cfg(feature = "wgpu")]
+    DeviceKind::Wgpu,
+    #[cfg(feature = "cuda")]
+    DeviceKind::Cuda,
+];
 
 /// Time the cast kernels against a device-to-device copy.
 #[derive(Parser)]
 struct Args {
-    /// Where to run (needs a build with the matching feature).
+    /// Where to run: cuda or wgpu, with a build of the matching feature (the kernels run on
+    /// CubeCL's GPU runtimes, not on the CPU; frugal-cuda's allocator does not change them).
     #[arg(long, value_enum, default_value = "cuda")]
     device: DeviceKind,
     /// Sizes of the f32 buffer, in MiB.
@@ -219,8 +222,15 @@ fn main() {
         }
         #[allow(unreachable_patterns)]
         other => {
-            let name = format!("{other:?}").to_lowercase();
-            eprintln!("error: --device {name} needs a build with `--features {name}`");
+            let message = match other {
+                DeviceKind::Cuda | DeviceKind::Wgpu => other.refused("cast-throughput", BUILT),
+                _ => format!(
+                    "--device {}: cast-throughput times kernels on CubeCL's GPU runtimes: use \
+                     --device cuda or wgpu (built with `--features cuda` or `--features wgpu`)",
+                    other.name()
+                ),
+            };
+            eprintln!("error: {message}");
             std::process::exit(2);
         }
     }

@@ -29,28 +29,28 @@ use std::time::Instant;
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser};
 use frugal::memory;
 use frugal::{Frugal, RematStats};
 use frugal_benches::configs::{Config, System};
 use frugal_benches::median;
 use gpt::GptConfig;
+use gpt::cli::{AttentionKind, DeviceKind, ModelPreset, ModelShape};
 use gpt::data::random_tokens;
 use gpt::train::{self, Phase};
 use serde::Serialize;
 
-#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-enum DeviceKind {
-    Cpu,
-    /// Flex on the CPU, which has bf16 and f16 (for the autocast configurations).
-    Flex,
-    Wgpu,
-    Cuda,
-    /// frugal-cuda's runtime (`frugal_cuda::FrugalCuda`): CubeCL's CUDA kernels on Frugal's
-    /// caching allocator.
-    FrugalCuda,
-}
+/// The devices this build of peak-memory runs on.
+const BUILT: &[DeviceKind] = &[
+    DeviceKind::Cpu,
+    DeviceKind::Flex,
+    #[cfg(feature = "wgpu")]
+    DeviceKind::Wgpu,
+    #[cfg(feature = "cuda")]
+    DeviceKind::Cuda,
+    #[cfg(feature = "frugal-cuda")]
+    DeviceKind::FrugalCuda,
+];
 
 /// Peak memory and speed of the reference GPT step under named configurations.
 #[derive(Parser, Debug, Clone)]
@@ -87,18 +87,28 @@ struct Args {
     /// configuration first to measure it.
     #[arg(long, value_name = "BYTES")]
     reference_peak: Option<u64>,
-    #[arg(long, default_value_t = 12)]
-    layers: usize,
-    #[arg(long, default_value_t = 768)]
-    d: usize,
-    #[arg(long, default_value_t = 12)]
-    heads: usize,
-    #[arg(long, default_value_t = 8192)]
+    /// The model's size, as `gpt --model` takes it; --layers, --d-model, --heads, --seq and
+    /// --batch override single values.
+    #[arg(long, value_enum, default_value_t = ModelPreset::Reference)]
+    model: ModelPreset,
+    /// Transformer blocks [default: the --model's].
+    #[arg(long, value_name = "N")]
+    layers: Option<usize>,
+    /// Model width [default: the --model's].
+    #[arg(long, value_name = "N", alias = "d")]
+    d_model: Option<usize>,
+    /// Attention heads, dividing --d-model [default: the --model's].
+    #[arg(long, value_name = "N")]
+    heads: Option<usize>,
+    /// Context length in tokens [default: the --model's].
+    #[arg(long, value_name = "N")]
+    seq: Option<usize>,
+    /// Sequences per step [default: the --model's].
+    #[arg(long, value_name = "N")]
+    batch: Option<usize>,
+    /// Vocabulary of the random tokens and the model (torch_gpt.py's default).
+    #[arg(long, value_name = "N", default_value_t = 8192)]
     vocab: usize,
-    #[arg(long, default_value_t = 512)]
-    seq: usize,
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
     /// Steps per configuration, warm-up included.
     #[arg(long, default_value_t = 6)]
     steps: usize,
@@ -135,9 +145,13 @@ struct Args {
     /// frugal-cuda: its allocator's real segments and blocks, and its trace of the timed steps.
     #[arg(long, value_name = "FILE")]
     memory_viz: Option<std::path::PathBuf>,
-    /// With `--device cuda`: run on CubeCL's CUDA backend without Burn's fusion, whose fused
-    /// kernels are compiled (and fused matmuls autotuned) for every new sequence of ops.
-    #[arg(long)]
+    /// Run on Burn's fusion. With `--device cuda` or `frugal-cuda`, false runs on CubeCL's
+    /// CUDA backend without it, whose fused kernels are compiled (and fused matmuls
+    /// autotuned) for every new sequence of ops.
+    #[arg(long, value_name = "true|false", default_value_t = true, action = ArgAction::Set)]
+    fusion: bool,
+    /// The older spelling of --fusion false.
+    #[arg(long, hide = true, conflicts_with = "fusion")]
     no_fusion: bool,
     /// Under a budget, let a checkpoint scope's end leave its costly products on the device
     /// for the budget to evict by score (`frugal::Policy::scope_keeps_products`).
@@ -147,18 +161,26 @@ struct Args {
     /// off): the budget evicts by staleness alone, as before plans existed.
     #[arg(long)]
     no_plan: bool,
-    /// Under a budget, never cut the learned step's forward pass into segments
-    /// (`frugal::Policy::forward_segments` off).
-    #[arg(long)]
+    /// Under a budget, let it cut the learned step's forward pass into segments
+    /// (`frugal::Policy::forward_segments`).
+    #[arg(long, value_name = "true|false", default_value_t = true, action = ArgAction::Set)]
+    segments: bool,
+    /// The older spelling of --segments false.
+    #[arg(long, hide = true, conflicts_with = "segments")]
     no_segments: bool,
-    /// Under a budget on frugal-cuda: the allocator's growth limit in bytes instead of the
-    /// budget plus `frugal::memory::RESERVE_HEADROOM` (a large value turns it off).
-    #[arg(long, value_name = "BYTES")]
+    /// Under a budget on frugal-cuda: the allocator's growth limit (e.g. 20GiB or bytes)
+    /// instead of the budget plus `frugal::memory::RESERVE_HEADROOM` (a large value turns it
+    /// off).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     growth_limit: Option<u64>,
-    /// Every configuration computes attention with `frugal::nn::attention` (flash attention
-    /// under `Autodiff<Frugal<_>>`, the written-out attention on plain Burn) instead of written
-    /// out.
-    #[arg(long)]
+    /// How every configuration computes attention: fused is `frugal::nn::attention` (flash
+    /// attention under `Autodiff<Frugal<_>>`, the written-out attention on plain Burn);
+    /// written-out is scores, mask, softmax and product as separate ops (torch_gpt.py's
+    /// fp32_math).
+    #[arg(long, value_enum, default_value_t = AttentionKind::WrittenOut)]
+    attention: AttentionKind,
+    /// The older spelling of --attention fused.
+    #[arg(long, hide = true, conflicts_with = "attention")]
     fused_attention: bool,
     /// When Frugal runs its own CubeCL kernels (casts, compressed storage) instead of the inner
     /// backend's ops: auto (not for casts under fusion), always, never.
@@ -178,12 +200,46 @@ struct Args {
     /// Burn configurations always run CubeCL's.
     #[arg(long, value_enum, default_value = "auto")]
     products: ProductsArg,
-    /// How Frugal's attention runs (`--fused-attention`): auto (products for f16 and bf16 on
+    /// How Frugal's attention runs (`--attention fused`): auto (products for f16 and bf16 on
     /// frugal-cuda, else the flash kernels), flash (the flash-attention kernels) or products
     /// (matrix products on cuBLASLt with the softmax and its gradient between them, where the
     /// attention's dtype's products run there); see `frugal::kernels::AttentionPath`.
     #[arg(long, value_enum, default_value = "auto")]
     attention_path: AttentionPathArg,
+}
+
+/// Parses a byte size (`2GiB`, `1.5GB`, `800MB`, `123456`).
+fn parse_size(value: &str) -> Result<u64, String> {
+    frugal::parse_bytes(value).map_err(|e| e.to_string())
+}
+
+impl Args {
+    /// The model and batch: `--model`'s, with the single flags given instead of its values.
+    fn shape(&self) -> ModelShape {
+        let preset = self.model.shape();
+        ModelShape {
+            layers: self.layers.unwrap_or(preset.layers),
+            d_model: self.d_model.unwrap_or(preset.d_model),
+            heads: self.heads.unwrap_or(preset.heads),
+            seq: self.seq.unwrap_or(preset.seq),
+            batch: self.batch.unwrap_or(preset.batch),
+        }
+    }
+
+    /// Whether attention goes through `frugal::nn::attention`.
+    fn fused_attention(&self) -> bool {
+        self.attention == AttentionKind::Fused || self.fused_attention
+    }
+
+    /// Whether a budget may cut the forward pass into segments.
+    fn cuts_segments(&self) -> bool {
+        self.segments && !self.no_segments
+    }
+
+    /// Whether the CUDA devices run on Burn's fusion.
+    fn fuses(&self) -> bool {
+        self.fusion && !self.no_fusion
+    }
 }
 
 /// `--attention-path`, mapped onto [`frugal::kernels::AttentionPath`].
@@ -272,7 +328,7 @@ struct Line {
     /// `--kernels` and how many casts Frugal's own kernel ran (all steps; 0 for plain Burn).
     kernels: String,
     kernel_casts: u64,
-    /// Whether attention went through `frugal::nn::attention` (`--fused-attention`).
+    /// Whether attention went through `frugal::nn::attention` (`--attention fused`).
     fused_attention: bool,
     /// Forward and backward passes of Frugal's flash-attention kernels in this run.
     attention_kernel_passes: u64,
@@ -530,7 +586,7 @@ fn run_caught(only: &Config, args: &Args) -> Result<Line, Failure<'static>> {
         #[cfg(feature = "wgpu")]
         DeviceKind::Wgpu => Ok(run_named::<burn::backend::Wgpu>(only, args)),
         #[cfg(feature = "cuda")]
-        DeviceKind::Cuda if args.no_fusion => Ok(run_named::<
+        DeviceKind::Cuda if !args.fuses() => Ok(run_named::<
             burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>,
         >(only, args)),
         #[cfg(feature = "cuda")]
@@ -539,16 +595,14 @@ fn run_caught(only: &Config, args: &Args) -> Result<Line, Failure<'static>> {
         DeviceKind::FrugalCuda => frugal_cuda::check_device(&Default::default())
             .map_err(|e| e.to_string())
             .map(|()| {
-                if args.no_fusion {
+                if !args.fuses() {
                     run_named::<frugal_cuda::FrugalCudaUnfused>(only, args)
                 } else {
                     run_named::<frugal_cuda::FrugalCuda>(only, args)
                 }
             }),
         #[allow(unreachable_patterns)]
-        other => Err(format!(
-            "--device {other:?} needs a build with that feature"
-        )),
+        other => Err(other.refused("peak-memory", BUILT)),
     });
     // Restore the default hook (the one `take_hook` gave back) for what follows.
     drop(std::panic::take_hook());
@@ -628,10 +682,8 @@ fn failure_from_stderr(
 
 fn main() {
     // Frugal's decisions (the budget's plan, evictions) through `log`, e.g.
-    // `RUST_LOG=frugal::engine::plan=debug`.
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_timestamp(None)
-        .init();
+    // `RUST_LOG=frugal::engine::plan=debug`; a dependency's warnings only when RUST_LOG asks.
+    gpt::logging::init();
     let args = Args::parse();
     if args.steps < args.warmup + 2 {
         eprintln!(
@@ -658,22 +710,15 @@ fn main() {
         child(config, &args);
         return;
     }
-    let built = match args.device {
-        DeviceKind::Cpu | DeviceKind::Flex => true,
-        DeviceKind::Wgpu => cfg!(feature = "wgpu"),
-        DeviceKind::Cuda => cfg!(feature = "cuda"),
-        DeviceKind::FrugalCuda => cfg!(feature = "frugal-cuda"),
-    };
-    if !built {
-        let name = args
-            .device
-            .to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_string());
-        eprintln!("error: --device {name} needs a build with `--features {name}`");
+    if !BUILT.contains(&args.device) {
+        eprintln!("error: {}", args.device.refused("peak-memory", BUILT));
         std::process::exit(2);
     }
-    if args.no_fusion && !matches!(args.device, DeviceKind::Cuda | DeviceKind::FrugalCuda) {
-        eprintln!("error: --no-fusion applies to --device cuda and frugal-cuda only");
+    if !args.fuses() && !matches!(args.device, DeviceKind::Cuda | DeviceKind::FrugalCuda) {
+        eprintln!(
+            "error: --fusion false applies to --device cuda and frugal-cuda only, not {}",
+            args.device.name()
+        );
         std::process::exit(2);
     }
     if args.budget_bytes.is_some() {
@@ -795,9 +840,10 @@ fn main() {
                     .max(),
             })
             .collect();
+        let shape = args.shape();
         let title = format!(
             "Peak memory, GPT {} layers d{} batch {}x{}",
-            args.layers, args.d, args.batch, args.seq
+            shape.layers, shape.d_model, shape.batch, shape.seq
         );
         match frugal_benches::chart::peak_memory(&title, &bars, path) {
             Ok(()) => println!("wrote {}", path.display()),
@@ -860,11 +906,18 @@ fn run<A: AutodiffBackend>(
         allocator_trace(&device, path, true);
     }
     let kernels_before = frugal::kernels::stats();
-    let gpt = GptConfig::new(args.vocab, args.seq, args.d, args.heads, args.layers)
-        .with_fused_attention(args.fused_attention);
+    let shape = args.shape();
+    let gpt = GptConfig::new(
+        args.vocab,
+        shape.seq,
+        shape.d_model,
+        shape.heads,
+        shape.layers,
+    )
+    .with_fused_attention(args.fused_attention());
     let mut settings = config.memory_settings(budget, args.scopes_keep_products);
     settings.no_plan = args.no_plan;
-    settings.no_segments = args.no_segments;
+    settings.no_segments = !args.cuts_segments();
     let checkpoint_blocks = settings.checkpoint_blocks;
     let _settings = settings
         .apply::<A>(&device)
@@ -896,7 +949,7 @@ fn run<A: AutodiffBackend>(
     let mut kernels_per_step = on_frugal_cuda.then(Vec::new);
     let mut driver_per_step = on_frugal_cuda.then(Vec::new);
     for step in 0..args.steps {
-        let data = random_tokens(0, step as u64, args.batch, args.seq, args.vocab);
+        let data = random_tokens(0, step as u64, shape.batch, shape.seq, args.vocab);
         if step == args.warmup {
             if ledger && (args.peak_holders || args.memory_viz.is_some()) && args.trace.is_none() {
                 memory::record_timeline(&device, 1 << 24);
@@ -1052,22 +1105,22 @@ fn run<A: AutodiffBackend>(
         system: "burn",
         device: A::name(&device),
         config: name.to_string(),
-        batch: args.batch,
-        seq: args.seq,
-        layers: args.layers,
-        d: args.d,
-        heads: args.heads,
+        batch: shape.batch,
+        seq: shape.seq,
+        layers: shape.layers,
+        d: shape.d_model,
+        heads: shape.heads,
         vocab: args.vocab,
         parameters: gpt.parameters(),
         peak_allocated_bytes: ledger.then(|| memory::peak_bytes(&device)),
         peak_reserved_bytes: peak_reserved,
         step_ms_median: step_ms,
         step_ms: every_step_ms,
-        tokens_per_s: (args.batch * args.seq) as f64 / (step_ms / 1e3),
+        tokens_per_s: (shape.batch * shape.seq) as f64 / (step_ms / 1e3),
         losses,
         kernels: format!("{:?}", args.kernels).to_lowercase(),
         kernel_casts: frugal::kernels::stats().casts - kernels_before.casts,
-        fused_attention: args.fused_attention,
+        fused_attention: args.fused_attention(),
         attention_kernel_passes: frugal::kernels::stats().attention_forwards
             + frugal::kernels::stats().attention_backwards
             - kernels_before.attention_forwards

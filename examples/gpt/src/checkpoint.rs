@@ -78,10 +78,10 @@ pub fn save_checkpoint<B: Backend>(
     let state = TrainState {
         next_step,
         seed: args.seed,
-        layers: args.layers,
-        d_model: args.d_model,
-        heads: args.heads,
-        seq: args.seq,
+        layers: args.layers(),
+        d_model: args.d_model(),
+        heads: args.heads(),
+        seq: args.seq(),
         log: log.to_vec(),
         grad_scaler: scaler.map(GradScaler::state),
         optimizer: optim.kind(),
@@ -186,8 +186,13 @@ pub fn resume<B: Backend>(
         state.heads,
         state.seq,
         state.seed,
-    ) != (args.layers, args.d_model, args.heads, args.seq, args.seed)
-    {
+    ) != (
+        args.layers(),
+        args.d_model(),
+        args.heads(),
+        args.seq(),
+        args.seed,
+    ) {
         return Err(format!(
             "checkpoint {} was made with --layers {} --d-model {} --heads {} --seq {} --seed {}; \
              resume with the same values",

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{ArgAction, Parser, ValueEnum};
 
 use crate::train::OptimizerKind;
 use frugal::EvictionMode;
@@ -11,8 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::memory_settings::MemorySettings;
 
-/// Where to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// Where to run: one list for `gpt` and the benches (`peak-memory`, the throughput benches),
+/// each of which refuses the devices it cannot use with [`DeviceKind::refused`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
     /// NdArray on the CPU (f32 only).
     Cpu,
@@ -20,11 +23,104 @@ pub enum DeviceKind {
     Flex,
     /// wgpu (Vulkan, Metal, DX12); build with `--features wgpu`.
     Wgpu,
-    /// CUDA; build with `--features cuda`.
+    /// CUDA through Burn's CubeCL backend; build with `--features cuda`.
     Cuda,
     /// CUDA through frugal-cuda's runtime (CubeCL's kernels on Frugal's caching allocator);
     /// build with `--features frugal-cuda`.
     FrugalCuda,
+}
+
+impl DeviceKind {
+    /// The flag's value, as typed (`frugal-cuda`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Flex => "flex",
+            DeviceKind::Wgpu => "wgpu",
+            DeviceKind::Cuda => "cuda",
+            DeviceKind::FrugalCuda => "frugal-cuda",
+        }
+    }
+
+    /// The cargo feature a build needs to run on this device (`None`: every build has it).
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            DeviceKind::Cpu | DeviceKind::Flex => None,
+            other => Some(other.name()),
+        }
+    }
+
+    /// The error for `--device self` in `program`, which runs on `supported` (in the build
+    /// at hand): names the value, what the program can use, and the build that would run it.
+    pub fn refused(self, program: &str, supported: &[DeviceKind]) -> String {
+        let names: Vec<&str> = supported.iter().map(|d| d.name()).collect();
+        let runs_on = if names.is_empty() {
+            "no device".to_string()
+        } else {
+            names.join(", ")
+        };
+        match self.feature() {
+            Some(feature) => format!(
+                "--device {}: this build of {program} runs on {runs_on}; build it with \
+                 `--features {feature}` for {}",
+                self.name(),
+                self.name()
+            ),
+            None => format!("--device {}: {program} runs on {runs_on}", self.name()),
+        }
+    }
+}
+
+/// A model size for `--model`: layers, width, heads, context and batch at once; single flags
+/// (`--layers`, `--d-model`, ...) override its values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum ModelPreset {
+    /// 2 layers, d-model 64, 4 heads, seq 64, batch 16: the CPU's main job, a few minutes.
+    #[default]
+    Tiny,
+    /// 4 layers, d-model 128, 4 heads, seq 128, batch 8: a larger CPU run.
+    Small,
+    /// 12 layers, d-model 768, 12 heads, seq 512, batch 8: the reference step
+    /// (`torch_gpt.py`'s size), for a GPU.
+    Reference,
+    /// 24 layers, d-model 2048, 16 heads, seq 1024, batch 64: 1.2 B parameters, whose whole
+    /// batch does not fit on an 80 GB GPU at once.
+    #[value(name = "1b")]
+    OneBillion,
+}
+
+impl ModelPreset {
+    /// The preset's model and batch.
+    pub fn shape(self) -> ModelShape {
+        let (layers, d_model, heads, seq, batch) = match self {
+            ModelPreset::Tiny => (2, 64, 4, 64, 16),
+            ModelPreset::Small => (4, 128, 4, 128, 8),
+            ModelPreset::Reference => (12, 768, 12, 512, 8),
+            ModelPreset::OneBillion => (24, 2048, 16, 1024, 64),
+        };
+        ModelShape {
+            layers,
+            d_model,
+            heads,
+            seq,
+            batch,
+        }
+    }
+}
+
+/// A model's size and its batch, as `--model` and the single flags give them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelShape {
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Context length in tokens.
+    pub seq: usize,
+    /// Sequences per step.
+    pub batch: usize,
 }
 
 /// The precision of matrix products and convolutions (autocast), or of tensors the budget
@@ -123,7 +219,6 @@ fn parse_budget(value: &str) -> Result<Option<BudgetSize>, String> {
         .map_err(|e| format!("{e}; or auto (from the GPU's free memory), or none for no budget"))
 }
 
-/// Train a GPT-style model on Autodiff<Frugal<B>> and report exactly where its memory goes.
 /// How each block computes attention.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum AttentionKind {
@@ -137,137 +232,250 @@ pub enum AttentionKind {
     WrittenOut,
 }
 
+/// Parses `--store`: `none`, `bf16` or `f16` (f32 means "not stored compressed").
+fn store_precision(value: String) -> Precision {
+    match value.as_str() {
+        "bf16" => Precision::Bf16,
+        "f16" => Precision::F16,
+        _ => Precision::F32,
+    }
+}
+
+/// The help headings of `gpt --help`, in the order they print.
+pub const HELP_HEADINGS: [&str; 6] = [MODEL, TRAINING, MEMORY, PRECISION, OUTPUT, DEVICE];
+
+const MODEL: &str = "Model";
+const TRAINING: &str = "Training";
+const MEMORY: &str = "Memory";
+const PRECISION: &str = "Precision";
+const OUTPUT: &str = "Output";
+const DEVICE: &str = "Device and allocator";
+
+/// Train a GPT-style model on Autodiff<Frugal<B>> and report exactly where its memory goes.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "gpt", version)]
+#[command(
+    name = "gpt",
+    version,
+    about = "Train a GPT-style model on Autodiff<Frugal<B>> and report exactly where its memory goes.",
+    long_about = "Train a GPT-style model on Burn's Autodiff<Frugal<B>> and report exactly where \
+its memory goes: a progress bar (loss, tokens/s, live and peak bytes), a closing memory report, \
+and in --out the per-step log (steps.json), the last step's memory (memory.json, step-memory.png, \
+memory_viz.pickle) and checkpoints. Tokens are bytes; the default corpus is generated, so \
+nothing is downloaded.",
+    after_long_help = "Examples:
+  gpt                                            the tiny model on the CPU (a few minutes)
+  gpt --model small --steps 100                  a larger model on the CPU
+  gpt --device cuda --model reference --budget 2GiB
+  gpt --device frugal-cuda --model 1b            runs out of memory, then splits the batch itself
+
+Logging: this program's and Frugal's warnings are shown, its dependencies' errors only;
+RUST_LOG overrides that (e.g. RUST_LOG=frugal=debug shows the budget's decisions)."
+)]
 pub struct TrainArgs {
-    /// Where to run.
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceKind,
-    /// Transformer blocks.
-    #[arg(long, default_value_t = 2)]
-    pub layers: usize,
-    /// Model width.
-    #[arg(long, default_value_t = 64)]
-    pub d_model: usize,
-    /// Attention heads (must divide --d-model).
-    #[arg(long, default_value_t = 4)]
-    pub heads: usize,
-    /// Context length in tokens.
-    #[arg(long, default_value_t = 64)]
-    pub seq: usize,
-    /// Sequences per step.
-    #[arg(long, default_value_t = 16)]
-    pub batch: usize,
+    /// The model's size: layers, width, heads, context and batch at once. --layers, --d-model,
+    /// --heads, --seq and --batch override single values.
+    #[arg(long, value_enum, default_value_t = ModelPreset::Tiny, help_heading = MODEL)]
+    pub model: ModelPreset,
+    /// Transformer blocks [default: the --model's].
+    #[arg(long, value_name = "N", help_heading = MODEL)]
+    pub layers: Option<usize>,
+    /// Model width [default: the --model's].
+    #[arg(long, value_name = "N", help_heading = MODEL)]
+    pub d_model: Option<usize>,
+    /// Attention heads, dividing --d-model [default: the --model's].
+    #[arg(long, value_name = "N", help_heading = MODEL)]
+    pub heads: Option<usize>,
+    /// Context length in tokens [default: the --model's].
+    #[arg(long, value_name = "N", help_heading = MODEL)]
+    pub seq: Option<usize>,
+    /// Sequences per step [default: the --model's].
+    #[arg(long, value_name = "N", help_heading = MODEL)]
+    pub batch: Option<usize>,
+    /// How attention is computed.
+    #[arg(long, value_enum, default_value_t = AttentionKind::Fused, help_heading = MODEL)]
+    pub attention: AttentionKind,
+
     /// Total optimizer steps (a resumed run continues up to this number).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, help_heading = TRAINING)]
     pub steps: u64,
     /// AdamW learning rate.
-    #[arg(long, default_value_t = 2e-3)]
+    #[arg(long, default_value_t = 2e-3, help_heading = TRAINING)]
     pub lr: f64,
     /// The optimizer: burn-optim's AdamW, or AdamW with block-wise 8-bit moments (a quarter
     /// of the state memory).
-    #[arg(long, value_enum, default_value_t = OptimizerKind::AdamW)]
+    #[arg(long, value_enum, default_value_t = OptimizerKind::AdamW, help_heading = TRAINING)]
     pub optimizer: OptimizerKind,
     /// A UTF-8 text file to train on (default: a corpus generated from a small grammar).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", help_heading = TRAINING)]
     pub data: Option<PathBuf>,
     /// Seed for the model, the corpus and the batches.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, help_heading = TRAINING)]
     pub seed: u64,
-    /// Folder for the per-step log (steps.json), the memory snapshot and plot.
-    #[arg(long, default_value = "runs/gpt")]
-    pub out: PathBuf,
-    /// Folder for training checkpoints (default: OUT/checkpoints).
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
+    /// Split each step's --batch into N equal micro-batches, each run forward and backward on
+    /// its own, their gradients summed before one update: the same gradient (up to f32
+    /// summation order) with the activation memory of one micro-batch.
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = TRAINING)]
+    pub accumulate: usize,
     /// Save a checkpoint every N steps (0: only at the end).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = TRAINING)]
     pub save_every: u64,
     /// Continue from the latest checkpoint in the checkpoint folder.
-    #[arg(long)]
+    #[arg(long, help_heading = TRAINING)]
     pub resume: bool,
+
     /// Keep live tensor memory under SIZE (e.g. 2GiB, 1.5GB, 800MB, auto, or none) by evicting
     /// tensors and recomputing or offloading them when read. `auto`: the GPU's free memory
     /// less what its pool needs beside tensors (CUDA devices).
     // The fully qualified `Option` keeps clap from treating the flag as optional-valued: the
     // parser gives `None` for `none`, and the default is no budget.
-    #[arg(long = "budget", value_name = "SIZE", default_value = "none", value_parser = parse_budget)]
+    #[arg(long = "budget", value_name = "SIZE", default_value = "none", value_parser = parse_budget,
+          help_heading = MEMORY)]
     pub budget_size: ::std::option::Option<BudgetSize>,
     /// The budget in bytes: `--budget` as given, or as `auto` chose it once the run started.
     #[arg(skip)]
     pub budget: Option<u64>,
-    /// Split each step's --batch into N equal micro-batches, each run forward and backward on
-    /// its own, their gradients summed before one update: the same gradient (up to f32
-    /// summation order) with the activation memory of one micro-batch.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub accumulate: usize,
+    /// How the budget frees memory: recompute, offload to host memory, or auto (the cheaper).
+    #[arg(long, value_enum, default_value = "auto", help_heading = MEMORY)]
+    pub evict: Evict,
     /// Before training, choose the micro-batch (--accumulate), checkpoint scopes and budget
     /// that keep the peak under --budget with the best measured speed, from probe steps on
     /// copies of the model; prints the measurements behind the choice.
-    #[arg(long)]
+    #[arg(long, help_heading = MEMORY)]
     pub fit: bool,
-    /// Do not go back to a step's start when it runs out of memory (by default the step is
-    /// retried with half the micro-batch and twice the accumulation). The start is held
-    /// through the forward and backward passes (let go when the update begins, so AdamW
-    /// still updates in place); this flag holds nothing and ends the run at the first failure.
-    #[arg(long)]
+    /// Go back to a step's start when it runs out of memory and retry it with half the
+    /// micro-batch and twice the accumulation (on CUDA, in a new process). The start is held
+    /// through the forward and backward passes and let go when the update begins, so AdamW
+    /// still updates in place; false holds nothing and ends the run at the first failure.
+    #[arg(long, value_name = "true|false", default_value_t = true, action = ArgAction::Set,
+          help_heading = MEMORY)]
+    pub recover: bool,
+    /// The older spelling of --recover false.
+    #[arg(long, hide = true, conflicts_with = "recover", help_heading = MEMORY)]
     pub no_recover: bool,
     /// Run each transformer block in a checkpoint scope: its activations are dropped after the
     /// forward pass and recomputed in the backward pass.
-    #[arg(long)]
+    #[arg(long, help_heading = MEMORY)]
     pub checkpoint_blocks: bool,
-    /// Under a budget, never cut the learned step's forward pass into segments (by default the
-    /// budget does, as `--checkpoint-blocks` would but chosen by itself:
-    /// `frugal::Policy::forward_segments`).
-    #[arg(long)]
+    /// Under a budget, let it cut the learned step's forward pass into segments, as
+    /// --checkpoint-blocks would but chosen by itself (`frugal::Policy::forward_segments`).
+    #[arg(long, value_name = "true|false", default_value_t = true, action = ArgAction::Set,
+          help_heading = MEMORY)]
+    pub segments: bool,
+    /// The older spelling of --segments false.
+    #[arg(long, hide = true, conflicts_with = "segments", help_heading = MEMORY)]
     pub no_segments: bool,
-    /// How attention is computed.
-    #[arg(long, value_enum, default_value_t = AttentionKind::Fused)]
-    pub attention: AttentionKind,
-    /// Dynamic loss scaling (`frugal::GradScaler`, PyTorch's defaults: scale 65536, doubled
-    /// after 2,000 clean steps, halved and the step skipped when a gradient is inf or NaN).
-    /// Meant for f16 training; in f32 the power-of-two scale gives the same losses. Its state
-    /// is saved in the checkpoints.
-    #[arg(long)]
-    pub loss_scale: bool,
-    /// How the budget frees memory: recompute, offload to host memory, or auto (the cheaper).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub evict: Evict,
+    /// Let the budget keep f32 tensors it evicts compressed on the device in bf16 or f16, as
+    /// a third action beside recompute and offload (lossy; needs --budget).
+    #[arg(long, value_name = "TYPE", default_value = "none", help_heading = MEMORY,
+          value_parser = PossibleValuesParser::new(["none", "bf16", "f16"]).map(store_precision))]
+    pub store: Precision,
+
     /// Autocast: matrix products, convolutions and attention in bf16 or f16 with f32
     /// accumulation; exponentials, logs and reductions in f32; parameters, gradients and
     /// optimizer state stay f32 (frugal::precision). Needs a device with the type (flex,
     /// wgpu for f16, cuda); f16 wants --loss-scale.
-    #[arg(long, value_enum, default_value = "f32")]
+    #[arg(long, value_enum, default_value = "f32", help_heading = PRECISION)]
     pub precision: Precision,
     /// With --precision bf16|f16: products stay in that type, as in PyTorch's autocast (less
     /// activation memory and traffic), instead of coming back as f32. Parameter gradients
     /// are still cast to f32 before AdamW.
-    #[arg(long)]
+    #[arg(long, help_heading = PRECISION)]
     pub low_outputs: bool,
-    /// Let the budget keep f32 tensors it evicts compressed on the device in bf16 or f16, as
-    /// a third action beside recompute and offload (lossy; needs --budget).
-    #[arg(long, value_enum, default_value = "f32", value_name = "bf16|f16|none")]
-    pub store: Precision,
+    /// Dynamic loss scaling (`frugal::GradScaler`, PyTorch's defaults: scale 65536, doubled
+    /// after 2,000 clean steps, halved and the step skipped when a gradient is inf or NaN).
+    /// Meant for f16 training; in f32 the power-of-two scale gives the same losses. Its state
+    /// is saved in the checkpoints.
+    #[arg(long, help_heading = PRECISION)]
+    pub loss_scale: bool,
+
+    /// Folder for the per-step log (steps.json), the memory snapshot and plot.
+    #[arg(long, value_name = "DIR", default_value = "runs/gpt", help_heading = OUTPUT)]
+    pub out: PathBuf,
+    /// Folder for training checkpoints (default: OUT/checkpoints).
+    #[arg(long, value_name = "DIR", help_heading = OUTPUT)]
+    pub checkpoint_dir: Option<PathBuf>,
     /// No progress bar (for logs and tests).
-    #[arg(long)]
+    #[arg(long, help_heading = OUTPUT)]
     pub quiet: bool,
+
+    /// Where to run.
+    #[arg(long, value_enum, default_value = "cpu", help_heading = DEVICE)]
+    pub device: DeviceKind,
     /// With --device frugal-cuda: cap the bytes its allocator may reserve from the GPU at SIZE,
     /// as if the GPU had that much memory.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = DEVICE)]
     pub memory_cap: Option<u64>,
     /// With --device frugal-cuda: reserve memory beyond SIZE only when reusing what the
     /// allocator holds (giving back and mapping again the holes between live tensors) is not
     /// enough. Default under --budget: the budget plus 1/8.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = DEVICE)]
     pub growth_limit: Option<u64>,
-    /// With --device frugal-cuda: run without Burn's fusion (`frugal_cuda::FrugalCudaUnfused`).
-    /// Then, when the allocator cannot grow, the budget drops tensors it can recompute from
-    /// inside the allocation and the allocation is retried, instead of failing the step.
-    #[arg(long)]
+    /// Run on Burn's fusion. With --device frugal-cuda, false runs without it
+    /// (`frugal_cuda::FrugalCudaUnfused`): then, when the allocator cannot grow, the budget
+    /// drops tensors it can recompute from inside the allocation and the allocation is
+    /// retried, instead of failing the step.
+    #[arg(long, value_name = "true|false", default_value_t = true, action = ArgAction::Set,
+          help_heading = DEVICE)]
+    pub fusion: bool,
+    /// The older spelling of --fusion false.
+    #[arg(long, hide = true, conflicts_with = "fusion", help_heading = DEVICE)]
     pub no_fusion: bool,
 }
 
 impl TrainArgs {
+    /// The model and batch: `--model`'s, with the single flags given instead of its values.
+    pub fn shape(&self) -> ModelShape {
+        let preset = self.model.shape();
+        ModelShape {
+            layers: self.layers.unwrap_or(preset.layers),
+            d_model: self.d_model.unwrap_or(preset.d_model),
+            heads: self.heads.unwrap_or(preset.heads),
+            seq: self.seq.unwrap_or(preset.seq),
+            batch: self.batch.unwrap_or(preset.batch),
+        }
+    }
+
+    /// Transformer blocks (see [`Self::shape`]).
+    pub fn layers(&self) -> usize {
+        self.shape().layers
+    }
+
+    /// Model width (see [`Self::shape`]).
+    pub fn d_model(&self) -> usize {
+        self.shape().d_model
+    }
+
+    /// Attention heads (see [`Self::shape`]).
+    pub fn heads(&self) -> usize {
+        self.shape().heads
+    }
+
+    /// Context length in tokens (see [`Self::shape`]).
+    pub fn seq(&self) -> usize {
+        self.shape().seq
+    }
+
+    /// Sequences per step (see [`Self::shape`]).
+    pub fn batch(&self) -> usize {
+        self.shape().batch
+    }
+
+    /// Whether a step that runs out of memory is retried (`--recover`, `--no-recover`).
+    pub fn recovers(&self) -> bool {
+        self.recover && !self.no_recover
+    }
+
+    /// Whether a budget may cut the forward pass into segments (`--segments`,
+    /// `--no-segments`).
+    pub fn cuts_segments(&self) -> bool {
+        self.segments && !self.no_segments
+    }
+
+    /// Whether the run uses Burn's fusion (`--fusion`, `--no-fusion`).
+    pub fn fuses(&self) -> bool {
+        self.fusion && !self.no_fusion
+    }
+
     /// The checkpoint folder: `--checkpoint-dir`, or `OUT/checkpoints`.
     pub fn checkpoints(&self) -> PathBuf {
         self.checkpoint_dir
@@ -277,26 +485,27 @@ impl TrainArgs {
 
     /// Refuses flag values and combinations that cannot run, naming the flag.
     pub fn validate(&self) -> Result<(), String> {
-        if self.heads == 0 || !self.d_model.is_multiple_of(self.heads) {
+        let shape = self.shape();
+        if shape.heads == 0 || !shape.d_model.is_multiple_of(shape.heads) {
             return Err(format!(
                 "--heads {} must be at least 1 and divide --d-model {}",
-                self.heads, self.d_model
+                shape.heads, shape.d_model
             ));
         }
         for (name, value) in [
-            ("layers", self.layers as u64),
-            ("seq", self.seq as u64),
-            ("batch", self.batch as u64),
+            ("layers", shape.layers as u64),
+            ("seq", shape.seq as u64),
+            ("batch", shape.batch as u64),
             ("steps", self.steps),
         ] {
             if value == 0 {
                 return Err(format!("--{name} must be at least 1, got 0"));
             }
         }
-        frugal::micro_batch_size(self.batch, self.accumulate).map_err(|e| {
+        frugal::micro_batch_size(shape.batch, self.accumulate).map_err(|e| {
             format!(
                 "--accumulate {} with --batch {}: {e}",
-                self.accumulate, self.batch
+                self.accumulate, shape.batch
             )
         })?;
         if self.fit {
@@ -313,11 +522,7 @@ impl TrainArgs {
                 );
             }
         }
-        let device = || {
-            self.device
-                .to_possible_value()
-                .map_or_else(String::new, |v| v.get_name().to_string())
-        };
+        let device = || self.device.name();
         if self.memory_cap.is_some() && self.device != DeviceKind::FrugalCuda {
             return Err(format!(
                 "--memory-cap caps frugal-cuda's allocator: it needs --device frugal-cuda, not {}",
@@ -331,11 +536,12 @@ impl TrainArgs {
                 device()
             ));
         }
-        if self.no_fusion && self.device != DeviceKind::FrugalCuda {
-            return Err(
-                "--no-fusion selects frugal-cuda's unfused backend: it needs --device frugal-cuda"
-                    .to_string(),
-            );
+        if !self.fuses() && self.device != DeviceKind::FrugalCuda {
+            return Err(format!(
+                "--fusion false selects frugal-cuda's unfused backend: it needs --device \
+                 frugal-cuda, not {}",
+                device()
+            ));
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", self.lr));
@@ -363,7 +569,7 @@ impl TrainArgs {
             storage: self.store.low(),
             scope_keeps_products: false,
             no_plan: false,
-            no_segments: self.no_segments,
+            no_segments: !self.cuts_segments(),
             growth_limit: self.growth_limit,
         }
     }

@@ -128,19 +128,52 @@ pub fn probe_device<B: Backend>(kind: DeviceKind, device: &B::Device) -> Result<
         let first: String = first.chars().take(200).collect();
         format!(
             "--device {} is not usable on this machine: {first}",
-            format!("{kind:?}").to_lowercase()
+            kind.name()
         )
     })
 }
 
-/// The first line of `text`, at most `max` characters.
-pub fn first_line(text: &str, max: usize) -> String {
-    text.lines()
-        .next()
-        .unwrap_or("")
-        .chars()
-        .take(max)
-        .collect()
+/// What a step that ran out of memory met, for [`out_of_memory_line`]: the budget, when the
+/// failure names it, else the GPU's memory (read when the run started) and frugal-cuda's cap;
+/// `None` when neither is known.
+pub fn memory_limit(
+    reason: &str,
+    budget: Option<u64>,
+    gpu: Option<&memory::DeviceMemory>,
+) -> Option<String> {
+    let budget = budget.map(|bytes| format!("budget {}", format_bytes(bytes)));
+    if reason.to_lowercase().contains("memory budget") && budget.is_some() {
+        return budget;
+    }
+    gpu.map(|gpu| match gpu.cap {
+        Some(cap) => format!(
+            "GPU {}, capped at {}",
+            format_bytes(gpu.total),
+            format_bytes(cap)
+        ),
+        None => format!("GPU {}", format_bytes(gpu.total)),
+    })
+    .or(budget)
+}
+
+/// The one line a run prints when step `step` ran out of memory with micro-batches of `rows`
+/// rows and goes on (`next`, e.g. "retrying the step with") with `micro_batches` of half that.
+pub fn out_of_memory_line(
+    step: u64,
+    rows: usize,
+    limit: &Option<String>,
+    next: &str,
+    micro_batches: usize,
+) -> String {
+    let limit = limit
+        .as_ref()
+        .map(|limit| format!(" ({limit})"))
+        .unwrap_or_default();
+    format!(
+        "step {step}: out of memory at micro-batch {rows}{limit}: {next} micro-batch {} × \
+         {micro_batches}",
+        rows / 2
+    )
 }
 
 /// Whether a step failed for memory: the budget could not be kept, or the device (or its
@@ -210,7 +243,12 @@ pub fn failure_reason<S>(caught: &CaughtPanic<S>) -> String {
         .unwrap_or(&text)
         .trim_end_matches('"');
     if text.chars().count() > 600 {
-        text.chars().take(600).chain("…".chars()).collect()
+        // At the last word that fits, so that no word is cut.
+        let head: String = text.chars().take(600).collect();
+        let head = head
+            .rsplit_once(' ')
+            .map_or(head.as_str(), |(words, _)| words);
+        format!("{} …", head.trim_end())
     } else {
         text.to_string()
     }
@@ -404,7 +442,7 @@ pub fn step_failure<D: DeviceOps + 'static>(
     let resume = if stopped {
         format!(
             "--resume --accumulate {}",
-            halved_micro_batch(args.batch, args.accumulate).unwrap_or(args.accumulate)
+            halved_micro_batch(args.batch(), args.accumulate).unwrap_or(args.accumulate)
         )
     } else {
         "--resume".to_string()
@@ -469,10 +507,10 @@ pub fn step_failure<D: DeviceOps + 'static>(
         },
         holders.join(", "),
         device_figures(device),
-        args.batch,
-        args.seq,
-        args.layers,
-        args.d_model
+        args.batch(),
+        args.seq(),
+        args.layers(),
+        args.d_model()
     )
 }
 

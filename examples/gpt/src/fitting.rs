@@ -33,7 +33,7 @@ pub fn choose<B: Backend>(
     batch: &Batch,
     device: &B::Device,
 ) -> Result<FitChoice, String> {
-    let search = AutoFit::new(args.batch, limit).with_policies(policies::<B>(device));
+    let search = AutoFit::new(args.batch(), limit).with_policies(policies::<B>(device));
     let choice = search.run(device, |probe: &FitProbe| {
         let candidate = &probe.candidate;
         let storage = match candidate.policy {
@@ -53,7 +53,7 @@ pub fn choose<B: Backend>(
         for _ in 0..probe.steps {
             let started = Instant::now();
             // As the run holds a step's start to recover from (see `run::train`).
-            let _held = (!args.no_recover).then(|| (copy.clone(), optim.to_record()));
+            let _held = args.recovers().then(|| (copy.clone(), optim.to_record()));
             copy = train::step_accumulated(
                 copy,
                 &mut optim,

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod data;
 pub mod diagnostics;
 pub mod fitting;
+pub mod logging;
 pub mod memory_settings;
 pub mod model;
 pub mod plot;

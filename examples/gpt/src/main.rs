@@ -6,13 +6,22 @@
 use clap::Parser;
 use gpt::run::{DeviceKind, TrainArgs, train};
 
+/// The devices this build of `gpt` runs on.
+const BUILT: &[DeviceKind] = &[
+    DeviceKind::Cpu,
+    DeviceKind::Flex,
+    #[cfg(feature = "wgpu")]
+    DeviceKind::Wgpu,
+    #[cfg(feature = "cuda")]
+    DeviceKind::Cuda,
+    #[cfg(feature = "frugal-cuda")]
+    DeviceKind::FrugalCuda,
+];
+
 fn main() {
-    // Frugal's and frugal-cuda's decisions (budget evictions, re-plans, out-of-memory
-    // handling, allocator growth) go through `log`: quiet unless asked, e.g.
-    // `RUST_LOG=frugal=debug,frugal_cuda=debug`.
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_timestamp(None)
-        .init();
+    // Warnings a user cannot act on (a dependency's) stay hidden unless RUST_LOG asks, e.g.
+    // `RUST_LOG=frugal=debug,frugal_cuda=debug` for the budget's and allocator's decisions.
+    gpt::logging::init();
     let args = TrainArgs::parse();
     let result = match args.device {
         DeviceKind::Cpu => train::<burn::backend::NdArray>(&args, Default::default()),
@@ -29,23 +38,12 @@ fn main() {
                     .map_err(|e| format!("--memory-cap {cap}: {e}")),
                 None => Ok(()),
             })
-            .and_then(|()| match args.no_fusion {
-                true => train::<frugal_cuda::FrugalCudaUnfused>(&args, Default::default()),
-                false => train::<frugal_cuda::FrugalCuda>(&args, Default::default()),
+            .and_then(|()| match args.fuses() {
+                true => train::<frugal_cuda::FrugalCuda>(&args, Default::default()),
+                false => train::<frugal_cuda::FrugalCudaUnfused>(&args, Default::default()),
             }),
         #[allow(unreachable_patterns)]
-        other => Err(format!(
-            "--device {0} needs a build with `--features {0}`; this binary supports: cpu, flex{1}{2}{3}",
-            clap::ValueEnum::to_possible_value(&other)
-                .map_or_else(String::new, |v| v.get_name().to_string()),
-            if cfg!(feature = "wgpu") { ", wgpu" } else { "" },
-            if cfg!(feature = "cuda") { ", cuda" } else { "" },
-            if cfg!(feature = "frugal-cuda") {
-                ", frugal-cuda"
-            } else {
-                ""
-            },
-        )),
+        other => Err(other.refused("gpt", BUILT)),
     };
     if let Err(message) = result {
         if let Some(restart) = gpt::run::take_restart() {

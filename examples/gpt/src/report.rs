@@ -71,11 +71,11 @@ pub fn print_header(args: &TrainArgs, parameters: usize, first: u64, backend: &s
     println!(
         "gpt: {} parameters ({} layers, d_model {}, {} heads), batch {} x {} tokens, steps {}..{} on {}",
         parameters,
-        args.layers,
-        args.d_model,
-        args.heads,
-        args.batch,
-        args.seq,
+        args.layers(),
+        args.d_model(),
+        args.heads(),
+        args.batch(),
+        args.seq(),
         first,
         args.steps,
         backend
@@ -213,7 +213,7 @@ pub fn print_summary<D: DeviceOps + 'static>(
             "recovered from {recovered} out-of-memory step(s): the run ended with {} \
              micro-batches of {} (start with --accumulate {} to skip the failed attempts)",
             last.micro_batches,
-            args.batch / last.micro_batches,
+            args.batch() / last.micro_batches,
             last.micro_batches
         );
     }

@@ -19,8 +19,9 @@ use crate::checkpoint::{self, Resumed};
 use crate::cli::AttentionKind;
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
-    allocator_counters, device_stopped, failure_reason, first_line, halved_micro_batch,
-    is_out_of_memory, non_finite_loss, probe_device, quietly, settings_refused, step_failure,
+    allocator_counters, device_stopped, failure_reason, halved_micro_batch, is_out_of_memory,
+    memory_limit, non_finite_loss, out_of_memory_line, probe_device, quietly, settings_refused,
+    step_failure,
 };
 use crate::fitting;
 use crate::model::GptConfig;
@@ -119,15 +120,23 @@ pub fn train_observed<B: Backend>(
         .apply::<B>(&device)
         .map_err(settings_refused)?;
     let mut remat_start = memory::remat_stats(&device);
+    // Read once, while the device answers: after an out-of-memory on CUDA it may not.
+    let gpu = memory::device_memory(&device).and_then(Result::ok);
     // Peaks are of this run (a process may run several, as the tests do).
     memory::reset_peak(&device);
     let corpus = match &args.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::generated(400_000, args.seed),
     };
-    corpus.batch(args.seed, 0, 1, args.seq)?;
-    let config = GptConfig::new(BYTE_VOCAB, args.seq, args.d_model, args.heads, args.layers)
-        .with_fused_attention(args.attention == AttentionKind::Fused);
+    corpus.batch(args.seed, 0, 1, args.seq())?;
+    let config = GptConfig::new(
+        BYTE_VOCAB,
+        args.seq(),
+        args.d_model(),
+        args.heads(),
+        args.layers(),
+    )
+    .with_fused_attention(args.attention == AttentionKind::Fused);
     <Ad<B> as Backend>::seed(&device, args.seed);
     // Under a budget too small for the parameters and their first update, creating them
     // panics; say so as for a step.
@@ -157,7 +166,7 @@ pub fn train_observed<B: Backend>(
     memory::tag_parameters(&model);
     if args.fit {
         let limit = args.budget.expect("validate() asks --fit for a --budget");
-        let batch = corpus.batch(args.seed, first, args.batch, args.seq)?;
+        let batch = corpus.batch(args.seed, first, args.batch(), args.seq())?;
         let choice = fitting::choose::<B>(&args, limit, &model, &batch, &device)?;
         if !args.quiet {
             print!("{choice}");
@@ -182,14 +191,15 @@ pub fn train_observed<B: Backend>(
             record_allocator_trace(&device, true);
         }
         let started = Instant::now();
-        let batch = corpus.batch(args.seed, step, args.batch, args.seq)?;
+        let batch = corpus.batch(args.seed, step, args.batch(), args.seq())?;
         let (next, loss, scaled) = loop {
             // The step's starting state, to go back to if the forward or backward pass runs
             // out of memory. Clones share the tensors, but holding them would keep AdamW from
             // updating in place: two copies of the parameters and moments at once. So it is
             // let go when the update starts; an update that fails cannot be taken back.
             let start = RefCell::new(
-                (!args.no_recover).then(|| (model.clone(), optim.to_record(), scaler.clone())),
+                args.recovers()
+                    .then(|| (model.clone(), optim.to_record(), scaler.clone())),
             );
             let options = StepOptions {
                 lr: args.lr,
@@ -228,8 +238,14 @@ pub fn train_observed<B: Backend>(
                         std::panic::set_hook(Box::new(|_| {}));
                         DEVICE_STOPPED.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    let rows = args.batch / micro_batches;
-                    match (start, halved_micro_batch(args.batch, micro_batches)) {
+                    let rows = args.batch() / micro_batches;
+                    // The whole chain of errors is for debugging: the line printed says what
+                    // happened and what the run does about it.
+                    for message in caught.messages() {
+                        log::debug!("step {step} failed: {message}");
+                    }
+                    let limit = memory_limit(&reason, args.budget, gpu.as_ref());
+                    match (start, halved_micro_batch(args.batch(), micro_batches)) {
                         (Some((at_start, record, scaler_at_start)), Some(more))
                             if is_out_of_memory(&reason) && !device_stopped(&caught) =>
                         {
@@ -240,18 +256,21 @@ pub fn train_observed<B: Backend>(
                             recovered += 1;
                             bar.suspend(|| {
                                 eprintln!(
-                                    "step {step}: out of memory with micro-batches of {rows} ({}); \
-                                     back to the step's start, going on with {micro_batches} \
-                                     micro-batches of {}",
-                                    first_line(&reason, 160),
-                                    rows / 2
+                                    "{}",
+                                    out_of_memory_line(
+                                        step,
+                                        rows,
+                                        &limit,
+                                        "retrying the step with",
+                                        more
+                                    )
                                 )
                             });
                         }
                         (_, Some(more))
                             if is_out_of_memory(&reason)
                                 && device_stopped(&caught)
-                                && !args.no_recover
+                                && args.recovers()
                                 && lossless_restart(&args, step) =>
                         {
                             let resume = step > 0;
@@ -259,20 +278,14 @@ pub fn train_observed<B: Backend>(
                                 accumulate: more,
                                 resume,
                             });
-                            return Err(format!(
-                                "step {step}: out of memory with micro-batches of {rows} ({}); the \
-                                 device does not answer after that in this process (Burn's CUDA \
-                                 device threads stop on a runtime error): going on in a new \
-                                 process{} with {} micro-batches of {}",
-                                first_line(&reason, 200),
-                                if resume {
-                                    format!(" from the checkpoint of step {step}")
-                                } else {
-                                    String::new()
-                                },
-                                more,
-                                rows / 2
-                            ));
+                            // Burn's CUDA device threads stop on a runtime error, so the device
+                            // does not answer in this process any more.
+                            let next = if resume {
+                                format!("restarting from the checkpoint of step {step} with")
+                            } else {
+                                "restarting with".to_string()
+                            };
+                            return Err(out_of_memory_line(step, rows, &limit, &next, more));
                         }
                         _ => {
                             args.accumulate = micro_batches;
@@ -298,7 +311,7 @@ pub fn train_observed<B: Backend>(
             step,
             loss,
             step_ms,
-            tokens_per_s: (args.batch * args.seq) as f64 / (step_ms / 1e3),
+            tokens_per_s: (args.batch() * args.seq()) as f64 / (step_ms / 1e3),
             live_bytes: memory::live_bytes(&device),
             peak_bytes: memory::peak_bytes(&device),
             micro_batches,

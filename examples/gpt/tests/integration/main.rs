@@ -5,6 +5,7 @@
 //! takes [`serial`] first.
 
 mod adamw8bit;
+mod cli;
 mod common;
 mod device_oom_rescue;
 mod device_out_of_memory;
@@ -12,6 +13,7 @@ mod equivalence;
 mod loss_scale;
 mod model;
 mod out_of_memory;
+mod plot;
 mod precision;
 mod resume;
 mod roles;

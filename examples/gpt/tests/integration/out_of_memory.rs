@@ -13,7 +13,7 @@ use gpt::run::{StepLog, TrainArgs, train, train_observed};
 /// A run with a batch of 8 (so it can be halved three times) and the given extra flags.
 fn run(out: &std::path::Path, steps: u64, extra: &[&str]) -> TrainArgs {
     let mut flags = args(out, steps, extra);
-    flags.batch = 8;
+    flags.batch = Some(8);
     flags
 }
 
@@ -205,4 +205,80 @@ fn the_state_held_for_recovery_leaves_the_update_in_place() {
         "optimizer state's peak with and without recovery"
     );
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// What a run prints when a step runs out of memory and goes on: one sentence with the step,
+/// the micro-batch before and after, and the memory it met; never the error chain behind it
+/// (CubeCL's, on CUDA, runs to kilobytes).
+#[test]
+fn an_out_of_memory_restart_is_one_line_naming_the_step_and_both_micro_batches() {
+    use gpt::diagnostics::{failure_reason, is_out_of_memory, memory_limit, out_of_memory_line};
+    let gib = 1u64 << 30;
+    let gpu = memory::DeviceMemory {
+        free: gib,
+        total: 796 * gib / 10,
+        reserved: 78 * gib,
+        in_use: 77 * gib,
+        cap: None,
+        runtime: "burn-cuda",
+    };
+    let chain = "An execution error happened during profiling\nCaused by: The server is in an \
+                 invalid state\nCaused by: [Io(couldn't find resource for that handle: out of \
+                 memory)]"
+        .repeat(40);
+    let caught = frugal::catch_quietly(|| panic!("{chain}"), || ()).unwrap_err();
+    let reason = failure_reason(&caught);
+    assert!(is_out_of_memory(&reason));
+    let line = out_of_memory_line(
+        0,
+        64,
+        &memory_limit(&reason, None, Some(&gpu)),
+        "restarting with",
+        2,
+    );
+    assert_eq!(
+        line,
+        "step 0: out of memory at micro-batch 64 (GPU 79.60 GiB): restarting with micro-batch \
+         32 × 2"
+    );
+    // Under a budget that the step could not keep, the budget is what it met.
+    let budget = "frugal: the memory budget of 262144 B cannot hold the op's output";
+    let line = out_of_memory_line(
+        3,
+        8,
+        &memory_limit(budget, Some(256 << 10), Some(&gpu)),
+        "retrying the step with",
+        4,
+    );
+    assert_eq!(
+        line,
+        "step 3: out of memory at micro-batch 8 (budget 256.00 KiB): retrying the step with \
+         micro-batch 4 × 4"
+    );
+    let capped = memory::DeviceMemory {
+        cap: Some(2 * gib),
+        ..gpu
+    };
+    let line = out_of_memory_line(
+        5,
+        2,
+        &memory_limit(&reason, None, Some(&capped)),
+        "restarting from the checkpoint of step 5 with",
+        8,
+    );
+    assert!(
+        line.contains("(GPU 79.60 GiB, capped at 2.00 GiB)"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(!line.contains("Caused by"), "{line}");
+    // No memory known (the CPU without a budget): the line goes without it.
+    let line = out_of_memory_line(1, 4, &memory_limit(&reason, None, None), "retrying with", 4);
+    assert_eq!(
+        line,
+        "step 1: out of memory at micro-batch 4: retrying with micro-batch 2 × 4"
+    );
+    // The reason, as it goes into a final failure message, is cut between words.
+    assert!(reason.chars().count() <= 602, "{reason}");
+    assert!(reason.ends_with(" …"), "{reason}");
 }

@@ -50,7 +50,7 @@ fn checkpoints_resume_exactly_and_errors_are_clear() {
     .unwrap_err();
     assert!(err.contains("resume with the same values"), "{err}");
     let mut bad = args(&root.join("d"), 3, &[]);
-    bad.heads = 3;
+    bad.heads = Some(3);
     let err = train::<NdArray>(&bad, Default::default()).unwrap_err();
     assert!(
         err.contains("--heads 3") && err.contains("--d-model 16"),
