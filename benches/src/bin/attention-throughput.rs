@@ -1,6 +1,6 @@
 //! Time of Frugal's flash-attention kernels alone (`frugal_kernels::attention`), forward and
 //! forward + backward, on one GPU, for comparison with PyTorch's SDPA on the same shapes
-//! (`docs/runs/issue20/torch_attention.py`).
+//! (`docs/runs/scripts/torch_attention.py`).
 //!
 //! Each figure is the median over repetitions, after warm-up, of the time per call, with the
 //! device synced before and after each repetition. FLOPs count the products only, as

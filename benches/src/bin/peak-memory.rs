@@ -23,6 +23,10 @@
 //! A configuration that fails (e.g. a budget too small for one op) gives a line with `error`,
 //! the first line of its panic message, and a failed row in the table; the others still run.
 
+// The flags' doc comments are their `--help` text, read in a terminal: types like
+// `Autodiff<B>` and URLs stay plain there rather than marked up for rustdoc.
+#![allow(rustdoc::invalid_html_tags, rustdoc::bare_urls)]
+
 use std::process::Command;
 use std::time::Instant;
 

@@ -10,7 +10,7 @@
 //! 2. **Throughput** of the reference GPT step's products (12 layers of `768 → 2304` (qkv),
 //!    `768 → 768`, `768 → 3072`, `3072 → 768`, plus the `768 → 8192` head, over 4,096 tokens;
 //!    each as the forward `x · W` and the backward `g · Wᵀ` and `xᵀ · g`), all products of one
-//!    step queued, synced, timed; median over repetitions. `docs/runs/issue23/
+//!    step queued, synced, timed; median over repetitions. `docs/runs/scripts/
 //!    torch_products.py` times the same list with `torch.matmul`.
 //!
 //! 3. **Attention as products** (`frugal::kernels::AttentionPath`): `frugal::nn::attention`
@@ -18,7 +18,7 @@
 //!    backward as products on cuBLASLt against the flash-attention kernels (differential
 //!    cases: causal odd sizes, unmasked, a bias; f32 strict, f16, bf16, fused and unfused),
 //!    then both timed on the reference shapes (`[8, 12, 512, 64]`,
-//!    causal, forward + backward of 12 layers; `docs/runs/issue20/torch_attention.py` times
+//!    causal, forward + backward of 12 layers; `docs/runs/scripts/torch_attention.py` times
 //!    PyTorch's SDPA on them).
 //!
 //! ```sh

@@ -251,7 +251,7 @@ const PRECISION: &str = "Precision";
 const OUTPUT: &str = "Output";
 const DEVICE: &str = "Device and allocator";
 
-/// Train a GPT-style model on Autodiff<Frugal<B>> and report exactly where its memory goes.
+/// Train a GPT-style model on `Autodiff<Frugal<B>>` and report exactly where its memory goes.
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "gpt",

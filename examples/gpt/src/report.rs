@@ -102,7 +102,7 @@ pub fn progress_bar(args: &TrainArgs, first: u64) -> ProgressBar {
 
 /// Shows a finished step on the progress bar. Where the bar is not drawn (stderr is not a
 /// terminal: a log file, a batch job) and `--quiet` is not given, the same line is printed as
-/// text for the first and last step and then at most every [`TEXT_PROGRESS_EVERY`], so a slow
+/// text for the first and last step and then at most every `TEXT_PROGRESS_EVERY`, so a slow
 /// run still shows that it moves.
 pub fn show_step(bar: &ProgressBar, args: &TrainArgs, entry: &StepLog) {
     let budget = args

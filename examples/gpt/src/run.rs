@@ -92,7 +92,7 @@ fn lossless_restart(args: &TrainArgs, step: u64) -> bool {
     }
 }
 
-/// As [`train`], calling `before_step(step, device)` before each step (tests use it to change
+/// As [`train()`], calling `before_step(step, device)` before each step (tests use it to change
 /// the budget mid-run).
 pub fn train_observed<B: Backend>(
     args: &TrainArgs,

@@ -3,7 +3,7 @@
 //! allocation, the allocation is retried, and the work completes with the same values, the
 //! cap kept. A rescue frees only tensors that no queued kernel still reads, so the test waits
 //! for the device after each op. Built only with `--features frugal-cuda`; run on the GPU machine
-//! (`docs/runs/issue19/`). Without a GPU it says so and checks nothing.
+//! (`docs/runs/2026-11-24-h100-oom-handler-rescue-2/`). Without a GPU it says so and checks nothing.
 #![cfg(feature = "frugal-cuda")]
 
 use burn::tensor::Tensor;

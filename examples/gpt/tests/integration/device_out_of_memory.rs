@@ -1,7 +1,7 @@
 //! On a GPU, through frugal-cuda under Burn's fusion: an allocation past the allocator's cap is
 //! an error naming the cap, and no kernel runs on the buffer that was never allocated (before
 //! issue 19 it wrote over another tensor: `CUDA_ERROR_ILLEGAL_ADDRESS`). Built only with `--features frugal-cuda`; run on the GPU machine
-//! (`docs/runs/issue19/`). Without a GPU it says so and checks nothing.
+//! (`docs/runs/2026-11-24-h100-device-oom-2/`). Without a GPU it says so and checks nothing.
 #![cfg(feature = "frugal-cuda")]
 
 use burn::tensor::Tensor;
