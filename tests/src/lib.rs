@@ -291,7 +291,7 @@ pub fn check_cases(cases: &[Case]) -> Vec<&'static str> {
 
 /// Runs one side of the cases from index `from` on, printing one line per case: `CASE <index>
 /// <name> ok <digest>` or `CASE <index> <name> panic <message>`. Sides: `wgpu` (Wgpu),
-/// `frugal-wgpu` (Frugal<Wgpu>), `cuda` (burn-cuda), `frugal-cuda` (frugal-cuda's runtime).
+/// `frugal-wgpu` (`Frugal<Wgpu>`), `cuda` (burn-cuda), `frugal-cuda` (frugal-cuda's runtime).
 /// Stops after the first panic: a panic inside a fusion server leaves the device unusable for
 /// the rest of the process, so the caller starts a fresh one.
 #[cfg_attr(
