@@ -244,7 +244,9 @@ pub fn train_observed<B: Backend>(
                     for message in caught.messages() {
                         log::debug!("step {step} failed: {message}");
                     }
-                    let limit = memory_limit(&reason, args.budget, gpu.as_ref());
+                    // The device's budget now, which is `--budget` unless a caller changed it
+                    // (`train_observed`).
+                    let limit = memory_limit(&reason, memory::budget(&device), gpu.as_ref());
                     match (start, halved_micro_batch(args.batch(), micro_batches)) {
                         (Some((at_start, record, scaler_at_start)), Some(more))
                             if is_out_of_memory(&reason) && !device_stopped(&caught) =>
