@@ -17,6 +17,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 pub mod cases;
+pub mod compare;
 
 /// The CPU inner backend every case runs on.
 pub type Inner = NdArray;
@@ -39,6 +40,11 @@ pub enum Out {
     },
     /// Any other value, by its `Debug` text.
     Value(String),
+    /// The device a tensor reports, by its `Debug` text. Compared in full between NdArray and
+    /// Frugal<NdArray>; across runtimes ([`run_side`]) only its presence counts, because a
+    /// runtime of its own names its device type differently by design (burn-cuda's `Cuda(0)`,
+    /// frugal-cuda's `FrugalCuda(0)`).
+    Device(String),
 }
 
 impl Out {
@@ -54,6 +60,11 @@ impl Out {
     /// An `Out` from any `Debug` value.
     pub fn value(value: impl std::fmt::Debug) -> Self {
         Out::Value(format!("{value:?}"))
+    }
+
+    /// An `Out` from a device (see [`Out::Device`]).
+    pub fn device(device: impl std::fmt::Debug) -> Self {
+        Out::Device(format!("{device:?}"))
     }
 }
 
@@ -289,18 +300,19 @@ pub fn check_cases(cases: &[Case]) -> Vec<&'static str> {
     unsupported
 }
 
-/// Runs one side of the cases from index `from` on, printing one line per case: `CASE <index>
-/// <name> ok <digest>` or `CASE <index> <name> panic <message>`. Sides: `wgpu` (Wgpu),
-/// `frugal-wgpu` (`Frugal<Wgpu>`), `cuda` (burn-cuda), `frugal-cuda` (frugal-cuda's runtime).
-/// Stops after the first panic: a panic inside a fusion server leaves the device unusable for
-/// the rest of the process, so the caller starts a fresh one.
+/// Runs one side of the cases at `indices`, in order, printing one line per case: `CASE
+/// <index> <name> ok <digest> <readings>` (see [`compare::encode`]) or `CASE <index> <name>
+/// panic <message>`. Sides: `wgpu` (Wgpu), `frugal-wgpu` (`Frugal<Wgpu>`), `cuda` (burn-cuda),
+/// `frugal-cuda` (frugal-cuda's runtime). Stops after the first panic: a panic inside a fusion
+/// server leaves the device unusable for the rest of the process, so the caller starts a fresh
+/// one.
 #[cfg_attr(
     not(any(feature = "wgpu", feature = "frugal-cuda")),
     allow(unreachable_code, unused_variables, clippy::never_loop)
 )]
-pub fn run_side(cases: &[Case], side: &str, from: usize) {
-    use std::hash::{Hash, Hasher};
-    for (index, case) in cases.iter().enumerate().skip(from) {
+pub fn run_side(cases: &[Case], side: &str, indices: &[usize]) {
+    for &index in indices {
+        let case = &cases[index];
         let result: Result<Vec<Out>, String> = match side {
             #[cfg(feature = "wgpu")]
             "wgpu" => run_seeded::<_, burn::backend::wgpu::Wgpu>(case.wgpu.0, &Default::default()),
@@ -318,9 +330,13 @@ pub fn run_side(cases: &[Case], side: &str, from: usize) {
         };
         match result {
             Ok(outs) => {
-                let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                format!("{outs:?}").hash(&mut hasher);
-                println!("CASE {index} {} ok {:016x}", case.name, hasher.finish());
+                let readings: Vec<_> = outs.iter().map(compare::Reading::of).collect();
+                let encoded = compare::encode(&readings);
+                println!(
+                    "CASE {index} {} ok {:016x} {encoded}",
+                    case.name,
+                    compare::digest(&encoded)
+                );
             }
             Err(message) => {
                 let message = message.lines().next().unwrap_or_default().to_string();

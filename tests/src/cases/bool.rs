@@ -42,7 +42,7 @@ crate::cases! {
     }
     bool_device(device) {
         let t = boolean::<B>(&[2, 2], 14, device);
-        vec![Out::value(B::bool_device(&t))]
+        vec![Out::device(B::bool_device(&t))]
     }
     bool_to_device(device) {
         let t = boolean::<B>(&[3, 3], 15, device);

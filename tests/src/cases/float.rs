@@ -82,12 +82,12 @@ crate::cases! {
     float_device(device) {
         let t = float::<B>(&[2, 3], 5, device);
         let dev = B::float_device(&t);
-        vec![Out::value(dev), rf::<B>(t)]
+        vec![Out::device(dev), rf::<B>(t)]
     }
     float_to_device(device) {
         let t = float::<B>(&[3, 4], 6, device);
         let moved = B::float_to_device(t, device);
-        vec![Out::value(B::float_device(&moved)), rf::<B>(moved)]
+        vec![Out::device(B::float_device(&moved)), rf::<B>(moved)]
     }
     float_into_int(device) {
         let t = B::float_mul_scalar(float::<B>(&[3, 5], 7, device), Scalar::from(10.0f64));

@@ -29,12 +29,12 @@ crate::cases! {
     }
     int_device(device) {
         let t = int::<B>(&[2, 2], -5, 5, 2, device);
-        vec![Out::value(B::int_device(&t)), ri::<B>(t)]
+        vec![Out::device(B::int_device(&t)), ri::<B>(t)]
     }
     int_to_device(device) {
         let t = int::<B>(&[3, 2], -5, 5, 3, device);
         let moved = B::int_to_device(t, device);
-        vec![Out::value(B::int_device(&moved)), ri::<B>(moved)]
+        vec![Out::device(B::int_device(&moved)), ri::<B>(moved)]
     }
     int_reshape(device) {
         let t = int::<B>(&[2, 6], -20, 20, 4, device);

@@ -38,12 +38,12 @@ crate::cases! {
     }
     q_to_device(device) {
         let moved = B::q_to_device(quantized::<B>(&[2, 5], 12, device), device);
-        vec![Out::value(B::q_device(&moved)), rq::<B>(moved)]
+        vec![Out::device(B::q_device(&moved)), rq::<B>(moved)]
     }
     q_from_data(device) {
         let data = qdata::<B>(quantized::<B>(&[4, 3], 13, device));
         let tensor = B::q_from_data(data, device);
-        vec![Out::value(B::q_device(&tensor)), rq::<B>(tensor)]
+        vec![Out::device(B::q_device(&tensor)), rq::<B>(tensor)]
     }
     quantize(device) {
         let scheme = scheme::<B>();
@@ -62,7 +62,7 @@ crate::cases! {
     }
     q_device(device) {
         let tensor = quantized::<B>(&[2, 2], 17, device);
-        vec![Out::value(B::q_device(&tensor))]
+        vec![Out::device(B::q_device(&tensor))]
     }
     q_is_require_grad(device) {
         let tensor = quantized::<B>(&[2, 2], 18, device);

@@ -7,6 +7,7 @@
 mod adamw8bit;
 #[cfg(feature = "wgpu")]
 mod attention;
+mod compare;
 mod coverage;
 mod differential;
 
