@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::optim::Optimizer;
-use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::record::{
+    BinBytesRecorder, BinFileRecorder, FileRecorder, FullPrecisionSettings, Recorder,
+};
 use burn::tensor::backend::Backend;
 use frugal::{GradScaler, GradScalerState};
 use serde::{Deserialize, Serialize};
@@ -50,30 +52,33 @@ fn recorder() -> BinFileRecorder<FullPrecisionSettings> {
     BinFileRecorder::new()
 }
 
-/// Saves model, optimizer and state into `DIR/step-NNNNNNNN`: written into a temporary folder
-/// first and renamed into place, so an interrupted save never shadows the previous one.
-pub fn save_checkpoint<B: Backend>(
+/// A checkpoint read into host memory and encoded, ready to be written by any thread: the
+/// device is read once, at a step boundary, and the slow part (the files) can go on beside
+/// the next steps.
+pub struct Snapshot {
+    root: PathBuf,
+    next_step: u64,
+    model: Vec<u8>,
+    optimizer: Vec<u8>,
+    state: String,
+    /// The file extension `recorder()` gives its files.
+    extension: &'static str,
+}
+
+/// Reads model, optimizer and run state into a [`Snapshot`] (the caller's thread waits for the
+/// device reads). Encoded as `recorder()` writes them, so loading reads either.
+pub fn snapshot<B: Backend>(
     args: &TrainArgs,
     model: &Gpt<Ad<B>>,
     optim: &GptOptimizer<Ad<B>>,
     scaler: Option<&GradScaler>,
     next_step: u64,
     log: &[StepLog],
-) -> Result<PathBuf, String> {
-    let root = args.checkpoints();
-    let final_dir = root.join(format!("step-{next_step:08}"));
-    let tmp_dir = root.join(format!(".step-{next_step:08}.tmp"));
-    let io = |e: std::io::Error| format!("checkpoint {}: {e}", tmp_dir.display());
-    if tmp_dir.exists() {
-        std::fs::remove_dir_all(&tmp_dir).map_err(io)?;
-    }
-    std::fs::create_dir_all(&tmp_dir).map_err(io)?;
-    model
-        .clone()
-        .save_file(tmp_dir.join("model"), &recorder())
+) -> Result<Snapshot, String> {
+    let bytes = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let model_bytes = Recorder::<Ad<B>>::record(&bytes, model.clone().into_record(), ())
         .map_err(|e| format!("saving the model: {e}"))?;
-    recorder()
-        .record(optim.to_record(), tmp_dir.join("optimizer"))
+    let optimizer = Recorder::<Ad<B>>::record(&bytes, optim.to_record(), ())
         .map_err(|e| format!("saving the optimizer: {e}"))?;
     let state = TrainState {
         next_step,
@@ -86,16 +91,64 @@ pub fn save_checkpoint<B: Backend>(
         grad_scaler: scaler.map(GradScaler::state),
         optimizer: optim.kind(),
     };
-    std::fs::write(
-        tmp_dir.join("state.json"),
-        serde_json::to_string_pretty(&state).unwrap(),
-    )
-    .map_err(io)?;
-    if final_dir.exists() {
-        std::fs::remove_dir_all(&final_dir).map_err(io)?;
+    Ok(Snapshot {
+        root: args.checkpoints(),
+        next_step,
+        model: model_bytes,
+        optimizer,
+        state: serde_json::to_string_pretty(&state).unwrap(),
+        extension: <BinFileRecorder<FullPrecisionSettings> as FileRecorder<Ad<B>>>::file_extension(
+        ),
+    })
+}
+
+impl Snapshot {
+    /// The step a run resumed from this snapshot runs first.
+    pub fn next_step(&self) -> u64 {
+        self.next_step
     }
-    std::fs::rename(&tmp_dir, &final_dir).map_err(io)?;
-    Ok(final_dir)
+
+    /// Writes the snapshot into `DIR/step-NNNNNNNN`: into a temporary folder first, renamed
+    /// into place, so an interrupted write never shadows the previous checkpoint.
+    pub fn write(self) -> Result<PathBuf, String> {
+        let final_dir = self.root.join(format!("step-{:08}", self.next_step));
+        let tmp_dir = self.root.join(format!(".step-{:08}.tmp", self.next_step));
+        let io = |e: std::io::Error| format!("checkpoint {}: {e}", tmp_dir.display());
+        if tmp_dir.exists() {
+            std::fs::remove_dir_all(&tmp_dir).map_err(io)?;
+        }
+        std::fs::create_dir_all(&tmp_dir).map_err(io)?;
+        let file = |name: &str| tmp_dir.join(name).with_extension(self.extension);
+        std::fs::write(file("model"), &self.model).map_err(io)?;
+        std::fs::write(file("optimizer"), &self.optimizer).map_err(io)?;
+        std::fs::write(tmp_dir.join("state.json"), &self.state).map_err(io)?;
+        if final_dir.exists() {
+            std::fs::remove_dir_all(&final_dir).map_err(io)?;
+        }
+        std::fs::rename(&tmp_dir, &final_dir).map_err(io)?;
+        Ok(final_dir)
+    }
+}
+
+/// Saves model, optimizer and state into `DIR/step-NNNNNNNN` now (see [`Snapshot::write`]).
+pub fn save_checkpoint<B: Backend>(
+    args: &TrainArgs,
+    model: &Gpt<Ad<B>>,
+    optim: &GptOptimizer<Ad<B>>,
+    scaler: Option<&GradScaler>,
+    next_step: u64,
+    log: &[StepLog],
+) -> Result<PathBuf, String> {
+    snapshot::<B>(args, model, optim, scaler, next_step, log)?.write()
+}
+
+/// The step a checkpoint folder (`step-NNNNNNNN`) was written after.
+pub fn checkpoint_step(dir: &Path) -> Option<u64> {
+    dir.file_name()?
+        .to_str()?
+        .strip_prefix("step-")?
+        .parse()
+        .ok()
 }
 
 /// The checkpoint with the highest step in `root`, ignoring unfinished ones.

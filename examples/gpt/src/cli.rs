@@ -205,6 +205,29 @@ fn parse_size(value: &str) -> Result<u64, String> {
     frugal::parse_bytes(value).map_err(|e| e.to_string())
 }
 
+/// `--take-memory`: at which step to take the GPU's free memory, and how much to leave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TakeMemory {
+    /// The step before which the memory is taken.
+    pub step: u64,
+    /// Bytes of the GPU's free memory left free.
+    pub leave: u64,
+}
+
+/// Parses `--take-memory STEP:SIZE`.
+fn parse_take_memory(value: &str) -> Result<TakeMemory, String> {
+    let (step, leave) = value
+        .split_once(':')
+        .ok_or_else(|| format!("expected STEP:SIZE (e.g. 3:2GiB), got {value:?}"))?;
+    Ok(TakeMemory {
+        step: step
+            .trim()
+            .parse()
+            .map_err(|e| format!("step {step:?}: {e}"))?,
+        leave: parse_size(leave)?,
+    })
+}
+
 /// Parses `--budget`: a byte size (`2GiB`, `1.5GB`, `800MB`, `123456`), `auto` or `none`.
 fn parse_budget(value: &str) -> Result<Option<BudgetSize>, String> {
     let value = value.trim();
@@ -316,9 +339,13 @@ pub struct TrainArgs {
     /// summation order) with the activation memory of one micro-batch.
     #[arg(long, value_name = "N", default_value_t = 1, help_heading = TRAINING)]
     pub accumulate: usize,
-    /// Save a checkpoint every N steps (0: only at the end).
+    /// Save a checkpoint every N steps (0: only by time and at the end).
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = TRAINING)]
     pub save_every: u64,
+    /// Save a checkpoint every M minutes (0: off), written beside the next steps; each replaces
+    /// the one before. A run the GPU cannot continue goes on from the newest.
+    #[arg(long, value_name = "M", default_value_t = 5.0, help_heading = TRAINING)]
+    pub save_minutes: f64,
     /// Continue from the latest checkpoint in the checkpoint folder.
     #[arg(long, help_heading = TRAINING)]
     pub resume: bool,
@@ -410,6 +437,11 @@ pub struct TrainArgs {
     /// enough. Default under --budget: the budget plus 1/8.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = DEVICE)]
     pub growth_limit: Option<u64>,
+    /// At step STEP, hold all of the GPU's free memory but SIZE until the run ends, as another
+    /// process would (e.g. 3:2GiB): a way to see a run recover from memory taken mid-run.
+    #[arg(long, value_name = "STEP:SIZE", value_parser = parse_take_memory,
+          help_heading = DEVICE)]
+    pub take_memory: Option<TakeMemory>,
     /// Run on Burn's fusion. With --device frugal-cuda, false runs without it
     /// (`frugal_cuda::FrugalCudaUnfused`): then, when the allocator cannot grow, the budget
     /// drops tensors it can recompute from inside the allocation and the allocation is
@@ -502,6 +534,12 @@ impl TrainArgs {
                 return Err(format!("--{name} must be at least 1, got 0"));
             }
         }
+        if !(self.save_minutes.is_finite() && self.save_minutes >= 0.0) {
+            return Err(format!(
+                "--save-minutes must be a number of minutes, 0 or more (0: off), got {}",
+                self.save_minutes
+            ));
+        }
         frugal::micro_batch_size(shape.batch, self.accumulate).map_err(|e| {
             format!(
                 "--accumulate {} with --batch {}: {e}",
@@ -523,6 +561,14 @@ impl TrainArgs {
             }
         }
         let device = || self.device.name();
+        if self.take_memory.is_some()
+            && !matches!(self.device, DeviceKind::Cuda | DeviceKind::FrugalCuda)
+        {
+            return Err(format!(
+                "--take-memory takes a GPU's memory; --device {} has none to take",
+                device()
+            ));
+        }
         if self.memory_cap.is_some() && self.device != DeviceKind::FrugalCuda {
             return Err(format!(
                 "--memory-cap caps frugal-cuda's allocator: it needs --device frugal-cuda, not {}",

@@ -265,6 +265,15 @@ pub fn device_stopped<S>(caught: &CaughtPanic<S>) -> bool {
     })
 }
 
+/// Whether the device's own thread is gone (a call to it failed, or its channel is down),
+/// rather than its server having reported errors: then nothing more runs on the device in
+/// this process, on any runtime.
+pub fn device_thread_gone<S>(caught: &CaughtPanic<S>) -> bool {
+    caught
+        .messages()
+        .any(|m| m.contains("CallError") || m.contains("channel with the server is down"))
+}
+
 /// The number of micro-batches that halves the micro-batch of `batch` split `micro_batches`
 /// ways; `None` when a micro-batch is one row or an odd number of rows.
 pub fn halved_micro_batch(batch: usize, micro_batches: usize) -> Option<usize> {

@@ -1,6 +1,7 @@
 //! A GPT-style language model trained on `Autodiff<Frugal<B>>`, shared by the `gpt` example
 //! binary and the benches.
 
+pub mod autosave;
 pub mod checkpoint;
 pub mod cli;
 pub mod data;

@@ -286,3 +286,18 @@ pub fn print_summary<D: DeviceOps + 'static>(
         args.checkpoints().display()
     );
 }
+
+/// A duration as a person reads it: seconds (tenths under ten) under two minutes, minutes under two hours, then
+/// hours.
+pub fn format_duration(duration: std::time::Duration) -> String {
+    let seconds = duration.as_secs_f64();
+    if seconds < 10.0 {
+        format!("{seconds:.1} s")
+    } else if seconds < 120.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 7200.0 {
+        format!("{:.1} min", seconds / 60.0)
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
+    }
+}

@@ -15,13 +15,14 @@ pub use crate::cli::{BudgetSize, DeviceKind, Evict, Precision, TrainArgs};
 pub use crate::report::StepLog;
 
 use crate::Ad;
+use crate::autosave::Autosave;
 use crate::checkpoint::{self, Resumed};
 use crate::cli::AttentionKind;
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
-    allocator_counters, device_stopped, failure_reason, halved_micro_batch, is_out_of_memory,
-    memory_limit, non_finite_loss, out_of_memory_line, probe_device, quietly, settings_refused,
-    step_failure,
+    allocator_counters, device_stopped, device_thread_gone, failure_reason, halved_micro_batch,
+    is_out_of_memory, memory_limit, non_finite_loss, out_of_memory_line, probe_device, quietly,
+    settings_refused, step_failure,
 };
 use crate::fitting;
 use crate::model::GptConfig;
@@ -73,27 +74,78 @@ pub fn take_restart() -> Option<Restart> {
     RESTART.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
-/// Whether a new process can go on from `step` losing nothing: the last checkpoint was written
-/// at `step`, or nothing was done yet.
-fn lossless_restart(args: &TrainArgs, step: u64) -> bool {
-    let saved_at = checkpoint::latest_checkpoint(&args.checkpoints())
+/// The second line of a restart's message: where the new process goes on, and what it redoes.
+fn restart_point(checkpoints: &std::path::Path, step: u64) -> (bool, String) {
+    let newest = checkpoint::latest_checkpoint(checkpoints).ok().flatten();
+    let Some((saved, dir)) = newest.and_then(|dir| Some((checkpoint::checkpoint_step(&dir)?, dir)))
+    else {
+        return (
+            false,
+            format!("starting over: no checkpoint was written yet ({step} steps to redo)"),
+        );
+    };
+    let age = std::fs::metadata(dir.join("state.json"))
+        .and_then(|meta| meta.modified())
         .ok()
-        .flatten()
-        .and_then(|dir| {
-            dir.file_name()?
-                .to_str()?
-                .strip_prefix("step-")?
-                .parse::<u64>()
-                .ok()
+        .and_then(|written| written.elapsed().ok())
+        .map_or(String::new(), |age| {
+            format!(", written {} ago", report::format_duration(age))
         });
-    match saved_at {
-        Some(saved) => saved == step,
-        None => step == 0,
-    }
+    let redo = match step.saturating_sub(saved) {
+        0 => "nothing to redo".to_string(),
+        1 => "1 step to redo".to_string(),
+        n => format!("{n} steps to redo"),
+    };
+    (
+        true,
+        format!(
+            "going on at step {saved} from its checkpoint ({}{age}; {redo})",
+            dir.display()
+        ),
+    )
 }
 
-/// As [`train()`], calling `before_step(step, device)` before each step (tests use it to change
-/// the budget mid-run).
+/// Holds all of the GPU's free memory but `leave` bytes, as another process would
+/// (`--take-memory`), in tensors on the inner backend (the ledger does not count them): what
+/// the driver has free in tensors of 1 GiB, then what the pool holds unused, which lies in
+/// the holes between its live buffers, in tensors of 1 MiB.
+fn take_memory<B: Backend>(
+    device: &B::Device,
+    leave: u64,
+) -> Result<Vec<B::FloatTensorPrimitive>, String> {
+    use burn::tensor::{FloatDType, Shape};
+    B::memory_cleanup(device);
+    let gpu = memory::device_memory(device)
+        .and_then(Result::ok)
+        .ok_or("--take-memory: the device does not report its free memory")?;
+    let from_driver = gpu.free.saturating_sub(leave);
+    let from_pool = gpu.reserved.saturating_sub(gpu.in_use);
+    let mut held = Vec::new();
+    for (mut to_take, chunk) in [(from_driver, 1u64 << 30), (from_pool, 1 << 20)] {
+        while to_take >= 4 {
+            let elements = (to_take.min(chunk) / 4) as usize;
+            held.push(B::float_zeros(
+                Shape::new([elements]),
+                device,
+                FloatDType::F32,
+            ));
+            to_take -= elements as u64 * 4;
+        }
+    }
+    B::sync(device).map_err(|e| format!("--take-memory: {e:?}"))?;
+    println!(
+        "--take-memory: holding {} of the GPU's {} free and {} of the {} its pool held unused",
+        memory::format_bytes(from_driver),
+        memory::format_bytes(gpu.free),
+        memory::format_bytes(from_pool),
+        memory::format_bytes(gpu.reserved)
+    );
+    Ok(held)
+}
+
+/// As [`train()`], calling `before_step(step, device)` at the start of each attempt at a step,
+/// as part of it: tests use it to change the budget mid-run, or panic in it to make the step
+/// fail as a device would.
 pub fn train_observed<B: Backend>(
     args: &TrainArgs,
     device: B::Device,
@@ -183,8 +235,13 @@ pub fn train_observed<B: Backend>(
     let mut recovered = 0u32;
     let mut step_start = memory::remat_stats(&device);
     let mut allocator_start = allocator_counters(&device).unwrap_or_default();
+    let mut autosave = Autosave::new(&args);
+    let mut _taken = Vec::new();
+    let run_started = Instant::now();
     for step in first..args.steps {
-        before_step(step, &device);
+        if let Some(take) = args.take_memory.filter(|take| take.step == step) {
+            _taken = take_memory::<B>(&device, take.leave)?;
+        }
         if step == args.steps - 1 {
             // Record the timeline of the last step for the plot.
             memory::record_timeline(&device, 1 << 20);
@@ -192,6 +249,8 @@ pub fn train_observed<B: Backend>(
         }
         let started = Instant::now();
         let batch = corpus.batch(args.seed, step, args.batch(), args.seq())?;
+        // Whether this step was already retried in process after a device error.
+        let mut device_error_retried = false;
         let (next, loss, scaled) = loop {
             // The step's starting state, to go back to if the forward or backward pass runs
             // out of memory. Clones share the tensors, but holding them would keep AdamW from
@@ -210,6 +269,7 @@ pub fn train_observed<B: Backend>(
             // deep inside the backend; catch it to recover, or to say what held the memory and
             // which flags would help, instead of a backtrace.
             let outcome = quietly(&device, || {
+                before_step(step, &device);
                 let on_phase = |phase: Phase| {
                     if phase == Phase::Update {
                         start.borrow_mut().take();
@@ -232,7 +292,20 @@ pub fn train_observed<B: Backend>(
                 Ok(Err(refused)) => return Err(refused.to_string()),
                 Err(caught) => {
                     let reason = failure_reason(&caught);
-                    if device_stopped(&caught) {
+                    // frugal-cuda's server reports a failed allocation at the next read and
+                    // clears it, so its device may go on in this process: the step is tried
+                    // there once more before a new process is started. Burn's CUDA server
+                    // stops its device thread on a runtime error.
+                    let in_process = !device_stopped(&caught)
+                        || (args.device == DeviceKind::FrugalCuda
+                            && !device_thread_gone(&caught)
+                            && !device_error_retried);
+                    let halved = halved_micro_batch(args.batch(), micro_batches);
+                    let retry_here = in_process
+                        && is_out_of_memory(&reason)
+                        && start.is_some()
+                        && halved.is_some();
+                    if device_stopped(&caught) && !retry_here {
                         // Every op that still reaches the device (dropping this run's tensors)
                         // panics on its dead threads: the message below says it all.
                         std::panic::set_hook(Box::new(|_| {}));
@@ -247,10 +320,9 @@ pub fn train_observed<B: Backend>(
                     // The device's budget now, which is `--budget` unless a caller changed it
                     // (`train_observed`).
                     let limit = memory_limit(&reason, memory::budget(&device), gpu.as_ref());
-                    match (start, halved_micro_batch(args.batch(), micro_batches)) {
-                        (Some((at_start, record, scaler_at_start)), Some(more))
-                            if is_out_of_memory(&reason) && !device_stopped(&caught) =>
-                        {
+                    match (start, halved) {
+                        (Some((at_start, record, scaler_at_start)), Some(more)) if retry_here => {
+                            device_error_retried |= device_stopped(&caught);
                             micro_batches = more;
                             model = at_start;
                             optim = optim.load_record(record);
@@ -272,22 +344,25 @@ pub fn train_observed<B: Backend>(
                         (_, Some(more))
                             if is_out_of_memory(&reason)
                                 && device_stopped(&caught)
-                                && args.recovers()
-                                && lossless_restart(&args, step) =>
+                                && args.recovers() =>
                         {
-                            let resume = step > 0;
+                            // Burn's CUDA device threads stop on a runtime error, so the device
+                            // does not answer in this process any more; the checkpoint being
+                            // written is host memory by now.
+                            autosave.wait();
+                            let (resume, from) = restart_point(&args.checkpoints(), step);
                             *RESTART.lock().unwrap_or_else(|e| e.into_inner()) = Some(Restart {
                                 accumulate: more,
                                 resume,
                             });
-                            // Burn's CUDA device threads stop on a runtime error, so the device
-                            // does not answer in this process any more.
-                            let next = if resume {
-                                format!("restarting from the checkpoint of step {step} with")
-                            } else {
-                                "restarting with".to_string()
-                            };
-                            return Err(out_of_memory_line(step, rows, &limit, &next, more));
+                            let line = out_of_memory_line(
+                                step,
+                                rows,
+                                &limit,
+                                "restarting in a new process with",
+                                more,
+                            );
+                            return Err(format!("{line}\n{from}"));
                         }
                         _ => {
                             args.accumulate = micro_batches;
@@ -333,18 +408,21 @@ pub fn train_observed<B: Backend>(
         };
         report::show_step(&bar, &args, &entry);
         log.push(entry);
-        let done = step + 1;
-        if args.save_every > 0 && done % args.save_every == 0 && done < args.steps {
-            checkpoint::save_checkpoint::<B>(&args, &model, &optim, scaler.as_ref(), done, &log)?;
-        }
+        autosave.after_step::<B>(&args, &model, &optim, scaler.as_ref(), step + 1, &log);
     }
     bar.finish();
     let snapshot = memory::snapshot(&device);
     let remat = memory::remat_stats(&device).since(&remat_start);
     memory::record_timeline(&device, 0);
     record_allocator_trace(&device, false);
+    autosave.wait();
     checkpoint::save_checkpoint::<B>(&args, &model, &optim, scaler.as_ref(), args.steps, &log)?;
     report::write_outputs(&args, &log, &snapshot, remat)?;
     report::print_summary(&args, &log, &device, &remat, recovered, args.steps - first);
+    if let Some(line) = autosave.summary(run_started.elapsed())
+        && !args.quiet
+    {
+        println!("{line}");
+    }
     Ok(log)
 }

@@ -282,3 +282,90 @@ fn an_out_of_memory_restart_is_one_line_naming_the_step_and_both_micro_batches()
     assert!(reason.chars().count() <= 602, "{reason}");
     assert!(reason.ends_with(" …"), "{reason}");
 }
+
+/// A device that cannot go on after running out of memory mid-run (Burn's CUDA device thread
+/// stops): the run asks for a new process with half the micro-batch, going on from the newest
+/// checkpoint, which the clock wrote without being asked (`--save-minutes`); the new process
+/// loses no step, and its losses are those of a run that used the smaller micro-batch from the
+/// checkpoint's step. The failure is injected as the device reports it.
+#[test]
+fn a_device_that_stops_mid_run_goes_on_from_the_newest_timed_checkpoint() {
+    let _serial = crate::serial();
+    let root = std::env::temp_dir().join(format!("gpt-stop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let device = Default::default();
+    let steps = 6;
+    let fail_at = 4;
+    let uninterrupted = train::<NdArray>(&run(&root.join("whole"), steps, &[]), device).unwrap();
+    // A clock so fast that a save is due after every step the last one's write allows.
+    let out = root.join("stopped");
+    let flags = ["--save-minutes", "0.00001"];
+    let err = train_observed::<NdArray>(&run(&out, steps, &flags), device, |step, _| {
+        if step == fail_at {
+            panic!(
+                "An execution error happened during profiling\nCaused by: The server is in an \
+                 invalid state\nCaused by: out of memory: cannot reserve 64 MiB"
+            );
+        }
+    })
+    .unwrap_err();
+    // The injected panic silenced the panic hook as a dead device does; later tests want it.
+    let _ = std::panic::take_hook();
+    let restart = gpt::run::take_restart().expect("a restart is asked for");
+    assert_eq!(
+        restart,
+        gpt::run::Restart {
+            accumulate: 2,
+            resume: true
+        }
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with(&format!("step {fail_at}: out of memory at micro-batch 8"))
+            && lines[0].ends_with("restarting in a new process with micro-batch 4 × 2"),
+        "{err}"
+    );
+    // One checkpoint on disk: each timed one replaced the one before.
+    let on_disk: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(on_disk.len(), 1, "{on_disk:?}");
+    let saved: u64 = on_disk[0].strip_prefix("step-").unwrap().parse().unwrap();
+    assert!((1..=fail_at).contains(&saved), "{on_disk:?}");
+    let redo = match fail_at - saved {
+        0 => "nothing to redo".to_string(),
+        1 => "1 step to redo".to_string(),
+        n => format!("{n} steps to redo"),
+    };
+    assert!(
+        lines[1].starts_with(&format!("going on at step {saved} from its checkpoint"))
+            && lines[1].ends_with(&format!("{redo})")),
+        "{err}"
+    );
+    // The new process: every step, the ones before the checkpoint as they were, the ones from
+    // it on with micro-batches of 4 (the same gradient up to f32 summation order).
+    let resumed = train::<NdArray>(
+        &run(&out, steps, &["--resume", "--accumulate", "2"]),
+        device,
+    )
+    .unwrap();
+    assert_eq!(
+        resumed.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (0..steps).collect::<Vec<_>>()
+    );
+    let saved = saved as usize;
+    assert_eq!(bits(&resumed[..saved]), bits(&uninterrupted[..saved]));
+    for (a, b) in uninterrupted[saved..].iter().zip(&resumed[saved..]) {
+        assert_eq!(b.micro_batches, 2);
+        assert!(
+            (a.loss - b.loss).abs() <= 1e-5 * a.loss.abs(),
+            "step {}: {} uninterrupted, {} after the restart",
+            a.step,
+            a.loss,
+            b.loss
+        );
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
