@@ -110,8 +110,9 @@ mod cuda;
 #[cfg(feature = "cuda")]
 pub use cuda::{
     CudaDeviceMemory, DeviceUnavailable, FrugalCuda, FrugalCudaDevice, FrugalCudaRuntime,
-    FrugalCudaServer, FrugalCudaUnfused, KernelLoads, MemoryReport, allocator_history,
-    allocator_snapshot, blas_available, check_device, clear_oom_handler, device_count,
-    kernel_loads, matmul, memory_report, record_allocation_trace, reset_peak_memory,
-    set_growth_limit, set_memory_cap, set_oom_handler, upload, write_allocation_trace,
+    FrugalCudaServer, FrugalCudaUnfused, HeldDeviceMemory, KernelLoads, MemoryReport,
+    allocator_history, allocator_snapshot, blas_available, check_device, clear_oom_handler,
+    device_count, hold_device_memory, kernel_loads, matmul, memory_report, record_allocation_trace,
+    reset_peak_memory, set_growth_limit, set_memory_cap, set_oom_handler, upload,
+    write_allocation_trace,
 };

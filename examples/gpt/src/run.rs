@@ -105,42 +105,37 @@ fn restart_point(checkpoints: &std::path::Path, step: u64) -> (bool, String) {
     )
 }
 
-/// Holds all of the GPU's free memory but `leave` bytes, as another process would
-/// (`--take-memory`), in tensors on the inner backend (the ledger does not count them): what
-/// the driver has free in tensors of 1 GiB, then what the pool holds unused, which lies in
-/// the holes between its live buffers, in tensors of 1 MiB.
+/// Holds all of the GPU's free memory but `leave` bytes from the driver, outside the pool, as
+/// another process would (`--take-memory`); the pool first gives back what it holds unused.
+/// Held until the returned value is dropped.
+#[allow(unused_variables)]
 fn take_memory<B: Backend>(
     device: &B::Device,
     leave: u64,
-) -> Result<Vec<B::FloatTensorPrimitive>, String> {
-    use burn::tensor::{FloatDType, Shape};
+) -> Result<Box<dyn std::any::Any>, String> {
     B::memory_cleanup(device);
     let gpu = memory::device_memory(device)
         .and_then(Result::ok)
         .ok_or("--take-memory: the device does not report its free memory")?;
-    let from_driver = gpu.free.saturating_sub(leave);
-    let from_pool = gpu.reserved.saturating_sub(gpu.in_use);
-    let mut held = Vec::new();
-    for (mut to_take, chunk) in [(from_driver, 1u64 << 30), (from_pool, 1 << 20)] {
-        while to_take >= 4 {
-            let elements = (to_take.min(chunk) / 4) as usize;
-            held.push(B::float_zeros(
-                Shape::new([elements]),
-                device,
-                FloatDType::F32,
-            ));
-            to_take -= elements as u64 * 4;
-        }
+    let take = gpu.free.saturating_sub(leave);
+    #[cfg(feature = "frugal-cuda")]
+    {
+        // `gpt` runs on the GPU of index 0 (its devices are the default ones).
+        let held =
+            frugal_cuda::hold_device_memory(0, take).map_err(|e| format!("--take-memory: {e}"))?;
+        println!(
+            "--take-memory: holding {} of the GPU's {} free, as another process would",
+            memory::format_bytes(take),
+            memory::format_bytes(gpu.free),
+        );
+        Ok(Box::new(held))
     }
-    B::sync(device).map_err(|e| format!("--take-memory: {e:?}"))?;
-    println!(
-        "--take-memory: holding {} of the GPU's {} free and {} of the {} its pool held unused",
-        memory::format_bytes(from_driver),
-        memory::format_bytes(gpu.free),
-        memory::format_bytes(from_pool),
-        memory::format_bytes(gpu.reserved)
-    );
-    Ok(held)
+    #[cfg(not(feature = "frugal-cuda"))]
+    Err(
+        "--take-memory: this gpt was built without the frugal-cuda feature, which holds the \
+         memory"
+            .to_string(),
+    )
 }
 
 /// As [`train()`], calling `before_step(step, device)` at the start of each attempt at a step,
@@ -236,11 +231,11 @@ pub fn train_observed<B: Backend>(
     let mut step_start = memory::remat_stats(&device);
     let mut allocator_start = allocator_counters(&device).unwrap_or_default();
     let mut autosave = Autosave::new(&args);
-    let mut _taken = Vec::new();
+    let mut _taken: Option<Box<dyn std::any::Any>> = None;
     let run_started = Instant::now();
     for step in first..args.steps {
         if let Some(take) = args.take_memory.filter(|take| take.step == step) {
-            _taken = take_memory::<B>(&device, take.leave)?;
+            _taken = Some(take_memory::<B>(&device, take.leave)?);
         }
         if step == args.steps - 1 {
             // Record the timeline of the last step for the plot.

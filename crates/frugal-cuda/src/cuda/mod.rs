@@ -20,6 +20,7 @@
 
 mod blas;
 mod compiler;
+mod hold;
 mod init;
 mod memory;
 mod server;
@@ -27,6 +28,7 @@ mod tma;
 
 pub use blas::blas_available;
 pub use compiler::{KernelLoads, kernel_loads};
+pub use hold::{HeldDeviceMemory, hold_device_memory};
 pub use memory::CudaDeviceMemory;
 pub use server::{FrugalCudaServer, MemoryReport};
 
