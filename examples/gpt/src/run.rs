@@ -244,8 +244,6 @@ pub fn train_observed<B: Backend>(
         }
         let started = Instant::now();
         let batch = corpus.batch(args.seed, step, args.batch(), args.seq())?;
-        // Whether this step was already retried in process after a device error.
-        let mut device_error_retried = false;
         let (next, loss, scaled) = loop {
             // The step's starting state, to go back to if the forward or backward pass runs
             // out of memory. Clones share the tensors, but holding them would keep AdamW from
@@ -288,13 +286,12 @@ pub fn train_observed<B: Backend>(
                 Err(caught) => {
                     let reason = failure_reason(&caught);
                     // frugal-cuda's server reports a failed allocation at the next read and
-                    // clears it, so its device may go on in this process: the step is tried
-                    // there once more before a new process is started. Burn's CUDA server
-                    // stops its device thread on a runtime error.
+                    // clears it, so its device goes on in this process: the step is retried
+                    // there with half the micro-batch, as long as each failure is an
+                    // out-of-memory (at most log2(batch) times). Burn's CUDA server stops its
+                    // device thread on a runtime error.
                     let in_process = !device_stopped(&caught)
-                        || (args.device == DeviceKind::FrugalCuda
-                            && !device_thread_gone(&caught)
-                            && !device_error_retried);
+                        || (args.device == DeviceKind::FrugalCuda && !device_thread_gone(&caught));
                     let halved = halved_micro_batch(args.batch(), micro_batches);
                     let retry_here = in_process
                         && is_out_of_memory(&reason)
@@ -317,7 +314,6 @@ pub fn train_observed<B: Backend>(
                     let limit = memory_limit(&reason, memory::budget(&device), gpu.as_ref());
                     match (start, halved) {
                         (Some((at_start, record, scaler_at_start)), Some(more)) if retry_here => {
-                            device_error_retried |= device_stopped(&caught);
                             micro_batches = more;
                             model = at_start;
                             optim = optim.load_record(record);
