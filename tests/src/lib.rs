@@ -41,7 +41,7 @@ pub enum Out {
     /// Any other value, by its `Debug` text.
     Value(String),
     /// The device a tensor reports, by its `Debug` text. Compared in full between NdArray and
-    /// Frugal<NdArray>; across runtimes ([`run_side`]) only its presence counts, because a
+    /// `Frugal<NdArray>`; across runtimes ([`run_side`]) only its presence counts, because a
     /// runtime of its own names its device type differently by design (burn-cuda's `Cuda(0)`,
     /// frugal-cuda's `FrugalCuda(0)`).
     Device(String),
