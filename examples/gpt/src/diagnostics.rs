@@ -258,11 +258,10 @@ pub fn failure_reason<S>(caught: &CaughtPanic<S>) -> String {
 /// autotuner, fusion's stream) panic on a runtime error, after which every op on the device
 /// fails, so the step cannot be retried in this process.
 pub fn device_stopped<S>(caught: &CaughtPanic<S>) -> bool {
-    caught.messages().any(|m| {
-        m.contains("CallError")
-            || m.contains("channel with the server is down")
-            || m.contains("server is in an invalid state")
-    })
+    device_thread_gone(caught)
+        || caught
+            .messages()
+            .any(|m| m.contains("server is in an invalid state"))
 }
 
 /// Whether the device's own thread is gone (a call to it failed, or its channel is down),
