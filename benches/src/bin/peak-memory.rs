@@ -143,6 +143,11 @@ struct Args {
     /// stderr). Recording takes a lock per allocation and free.
     #[arg(long)]
     peak_holders: bool,
+    /// On frugal-cuda: time every kernel, product and copy of the timed steps with CUDA events
+    /// (`kernel_profile` in the JSON: device time per step by kind of work and by kernel, and
+    /// the device's idle time between them). The probed last step is left out.
+    #[arg(long)]
+    profile_kernels: bool,
     /// For Frugal configurations: record the timed steps and write them as a PyTorch
     /// memory_viz pickle (https://pytorch.org/memory_viz) to FILE with the configuration's
     /// name before the extension (`--memory-viz m.pickle`: `m.budget-1_3.pickle`). On
@@ -353,6 +358,10 @@ struct Line {
     /// With `--peak-holders`: who held the live bytes at the timed steps' peak.
     #[serde(skip_serializing_if = "Option::is_none")]
     peak_holders: Option<frugal::memory::PeakHolders>,
+    /// With `--profile-kernels` on frugal-cuda: the device time of the timed steps by kind of
+    /// work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel_profile: Option<gpt::kernel_profile::KernelProfile>,
     checkpoint_blocks: bool,
     #[serde(flatten)]
     remat: Option<RematStats>,
@@ -952,8 +961,19 @@ fn run<A: AutodiffBackend>(
     let on_frugal_cuda = allocator_figures(&device).is_some();
     let mut kernels_per_step = on_frugal_cuda.then(Vec::new);
     let mut driver_per_step = on_frugal_cuda.then(Vec::new);
+    let mut kernel_profile = None;
     for step in 0..args.steps {
         let data = random_tokens(0, step as u64, shape.batch, shape.seq, args.vocab);
+        if args.profile_kernels && step == args.warmup {
+            gpt::kernel_profile::start(&device);
+        }
+        // The last step is probed (a sync at each phase): left out of the profile.
+        if args.profile_kernels && step + 1 == args.steps {
+            kernel_profile = gpt::kernel_profile::finish(&device, &every_step_ms[args.warmup..]);
+            if let Some(profile) = &kernel_profile {
+                eprint!("{name}: {profile}");
+            }
+        }
         if step == args.warmup {
             if ledger && (args.peak_holders || args.memory_viz.is_some()) && args.trace.is_none() {
                 memory::record_timeline(&device, 1 << 24);
@@ -1143,6 +1163,7 @@ fn run<A: AutodiffBackend>(
         ledger_vs_pool: points,
         budget_bytes: budget,
         peak_holders,
+        kernel_profile,
         checkpoint_blocks,
         remat,
         allocator: allocator_figures(&device),

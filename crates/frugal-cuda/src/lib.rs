@@ -15,7 +15,8 @@
 //!   [`FrugalCuda`] (fused, the counterpart of `burn::backend::Cuda`) and [`FrugalCudaUnfused`],
 //!   the driver implementation of [`allocator::DeviceMemory`], and the memory API
 //!   ([`memory_report`], [`set_memory_cap`], [`set_oom_handler`], [`allocator_history`] for
-//!   the segments, blocks and trace behind a PyTorch memory_viz file).
+//!   the segments, blocks and trace behind a PyTorch memory_viz file), and
+//!   [`set_launch_timing`] for the device time of every kernel, product and copy of a step.
 //! - [`kernel_cache`]: compiled kernels on disk, so a second process skips NVRTC.
 //! - [`gemm`](mod@gemm): matrix products on cuBLASLt (the shapes here; the call, `matmul()`, with
 //!   feature `cuda`).
@@ -95,6 +96,7 @@ time.
 [`set_memory_cap`]: #without-feature-cuda
 [`set_oom_handler`]: #without-feature-cuda
 [`allocator_history`]: #without-feature-cuda
+[`set_launch_timing`]: #without-feature-cuda
 "
 )]
 #![warn(missing_docs)]
@@ -104,15 +106,20 @@ pub mod gemm;
 pub mod kernel_cache;
 pub mod storage;
 
+// The runtime's cache of kernel metadata on the device: plain logic over CubeCL handles, so
+// it is tested without a GPU.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod launch_metadata;
+
 #[cfg(feature = "cuda")]
 mod cuda;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{
     CudaDeviceMemory, DeviceUnavailable, FrugalCuda, FrugalCudaDevice, FrugalCudaRuntime,
-    FrugalCudaServer, FrugalCudaUnfused, HeldDeviceMemory, KernelLoads, MemoryReport,
-    allocator_history, allocator_snapshot, blas_available, check_device, clear_oom_handler,
-    device_count, hold_device_memory, kernel_loads, matmul, memory_report, record_allocation_trace,
-    reset_peak_memory, set_growth_limit, set_memory_cap, set_oom_handler, upload,
-    write_allocation_trace,
+    FrugalCudaServer, FrugalCudaUnfused, HeldDeviceMemory, KernelLoads, LaunchTimings, LaunchTotal,
+    MemoryReport, allocator_history, allocator_snapshot, blas_available, check_device,
+    clear_oom_handler, device_count, hold_device_memory, kernel_loads, matmul, memory_report,
+    record_allocation_trace, reset_peak_memory, set_growth_limit, set_launch_timing,
+    set_memory_cap, set_oom_handler, take_launch_timings, upload, write_allocation_trace,
 };

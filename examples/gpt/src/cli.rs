@@ -424,6 +424,11 @@ pub struct TrainArgs {
     /// No progress bar (for logs and tests).
     #[arg(long, help_heading = OUTPUT)]
     pub quiet: bool,
+    /// With --device frugal-cuda: time every kernel, product and copy of the run's second half
+    /// (from the fourth step on) with CUDA events; prints the device time per step by kind of
+    /// work and writes OUT/kernel-profile.json.
+    #[arg(long, help_heading = OUTPUT)]
+    pub profile_kernels: bool,
 
     /// Where to run.
     #[arg(long, value_enum, default_value = "cpu", help_heading = DEVICE)]
@@ -566,6 +571,13 @@ impl TrainArgs {
         {
             return Err(format!(
                 "--take-memory takes a GPU's memory; --device {} has none to take",
+                device()
+            ));
+        }
+        if self.profile_kernels && self.device != DeviceKind::FrugalCuda {
+            return Err(format!(
+                "--profile-kernels times launches on frugal-cuda's stream: it needs --device \
+                 frugal-cuda, not {}",
                 device()
             ));
         }

@@ -264,6 +264,16 @@ pub fn device_stopped<S>(caught: &CaughtPanic<S>) -> bool {
             .any(|m| m.contains("server is in an invalid state"))
 }
 
+/// Whether `device` can run nothing more in this process after `caught`: on frugal-cuda a
+/// failed allocation is reported and cleared by its server, which goes on, so only a device
+/// thread that is gone counts there; on Burn's CUDA runtime, also a server in an invalid state.
+pub fn device_gone<S>(device: crate::cli::DeviceKind, caught: &CaughtPanic<S>) -> bool {
+    match device {
+        crate::cli::DeviceKind::FrugalCuda => device_thread_gone(caught),
+        _ => device_stopped(caught),
+    }
+}
+
 /// Whether the device's own thread is gone (a call to it failed, or its channel is down),
 /// rather than its server having reported errors: then nothing more runs on the device in
 /// this process, on any runtime.
@@ -446,7 +456,7 @@ pub fn step_failure<D: DeviceOps + 'static>(
         .collect();
     // After a device out-of-memory on CUDA the device is gone for this process: say so, and
     // how to go on from disk with half the micro-batch.
-    let stopped = device_stopped(&caught) && is_out_of_memory(&reason);
+    let stopped = device_gone(args.device, &caught) && is_out_of_memory(&reason);
     let resume = if stopped {
         format!(
             "--resume --accumulate {}",

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod data;
 pub mod diagnostics;
 pub mod fitting;
+pub mod kernel_profile;
 pub mod logging;
 pub mod memory_settings;
 pub mod model;

@@ -139,6 +139,19 @@ pub fn show_step(bar: &ProgressBar, args: &TrainArgs, entry: &StepLog) {
 const TEXT_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Writes `steps.json`, `memory.json`, `memory_viz.pickle` and `step-memory.png` into `--out`.
+/// Writes `--profile-kernels`' profile to `OUT/kernel-profile.json`.
+pub fn write_kernel_profile(
+    args: &TrainArgs,
+    profile: &crate::kernel_profile::KernelProfile,
+) -> Result<(), String> {
+    write_atomic(
+        &args.out.join("kernel-profile.json"),
+        serde_json::to_string_pretty(profile)
+            .expect("a profile always serialises")
+            .as_bytes(),
+    )
+}
+
 pub fn write_outputs(
     args: &TrainArgs,
     log: &[StepLog],

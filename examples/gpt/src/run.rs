@@ -20,11 +20,12 @@ use crate::checkpoint::{self, Resumed};
 use crate::cli::AttentionKind;
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
-    allocator_counters, device_stopped, device_thread_gone, failure_reason, halved_micro_batch,
+    allocator_counters, device_gone, device_stopped, failure_reason, halved_micro_batch,
     is_out_of_memory, memory_limit, non_finite_loss, out_of_memory_line, probe_device, quietly,
     settings_refused, step_failure,
 };
 use crate::fitting;
+use crate::kernel_profile;
 use crate::model::GptConfig;
 use crate::report;
 use crate::train::{self, Phase, StepOptions};
@@ -233,7 +234,11 @@ pub fn train_observed<B: Backend>(
     let mut autosave = Autosave::new(&args);
     let mut _taken: Option<Box<dyn std::any::Any>> = None;
     let run_started = Instant::now();
+    let profiled_from = kernel_profile::first_profiled_step(first, args.steps);
     for step in first..args.steps {
+        if args.profile_kernels && step == profiled_from {
+            kernel_profile::start(&device);
+        }
         if let Some(take) = args.take_memory.filter(|take| take.step == step) {
             _taken = Some(take_memory::<B>(&device, take.leave)?);
         }
@@ -290,8 +295,7 @@ pub fn train_observed<B: Backend>(
                     // there with half the micro-batch, as long as each failure is an
                     // out-of-memory (at most log2(batch) times). Burn's CUDA server stops its
                     // device thread on a runtime error.
-                    let in_process = !device_stopped(&caught)
-                        || (args.device == DeviceKind::FrugalCuda && !device_thread_gone(&caught));
+                    let in_process = !device_gone(args.device, &caught);
                     let halved = halved_micro_batch(args.batch(), micro_batches);
                     let retry_here = in_process
                         && is_out_of_memory(&reason)
@@ -402,6 +406,14 @@ pub fn train_observed<B: Backend>(
         autosave.after_step::<B>(&args, &model, &optim, scaler.as_ref(), step + 1, &log);
     }
     bar.finish();
+    let profile = args.profile_kernels.then(|| {
+        let timed: Vec<f64> = log
+            .iter()
+            .filter(|entry| entry.step >= profiled_from)
+            .map(|entry| entry.step_ms)
+            .collect();
+        kernel_profile::finish(&device, &timed)
+    });
     let snapshot = memory::snapshot(&device);
     let remat = memory::remat_stats(&device).since(&remat_start);
     memory::record_timeline(&device, 0);
@@ -410,6 +422,12 @@ pub fn train_observed<B: Backend>(
     checkpoint::save_checkpoint::<B>(&args, &model, &optim, scaler.as_ref(), args.steps, &log)?;
     report::write_outputs(&args, &log, &snapshot, remat)?;
     report::print_summary(&args, &log, &device, &remat, recovered, args.steps - first);
+    if let Some(profile) = profile.flatten() {
+        report::write_kernel_profile(&args, &profile)?;
+        if !args.quiet {
+            print!("{profile}");
+        }
+    }
     if let Some(line) = autosave.summary(run_started.elapsed())
         && !args.quiet
     {

@@ -370,8 +370,16 @@ impl KernelContext {
         let func = unsafe {
             let module = cudarc::driver::result::module::load_data(image.as_ptr() as *const _)
                 .map_err(|e| generic(format!("Unable to load the kernel image: {e:?}")))?;
-            cudarc::driver::result::module::get_function(module, name)
-                .map_err(|e| generic(format!("Unable to find the kernel in its module: {e:?}")))?
+            let func = cudarc::driver::result::module::get_function(module, name)
+                .map_err(|e| generic(format!("Unable to find the kernel in its module: {e:?}")))?;
+            // A function attribute, set once here rather than at every launch (a driver call).
+            cudarc::driver::result::function::set_function_attribute(
+                func,
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_mem_bytes as i32,
+            )
+            .map_err(|e| generic(format!("Unable to set the kernel's shared memory: {e:?}")))?;
+            func
         };
         LOAD_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Relaxed);
         self.kernels.insert(
@@ -415,15 +423,10 @@ impl KernelContext {
             reason: format!("{e:?}"),
             backtrace: BackTrace::capture(),
         };
-        // SAFETY: `func` is a loaded kernel, `stream` the server's stream, and `params` holds
-        // one pointer per kernel parameter, each valid until this call returns.
+        // SAFETY: `func` is a loaded kernel (its shared memory attribute set when it was
+        // loaded), `stream` the server's stream, and `params` holds one pointer per kernel
+        // parameter, each valid until this call returns.
         unsafe {
-            cudarc::driver::result::function::set_function_attribute(
-                kernel.func,
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                kernel.shared_mem_bytes as i32,
-            )
-            .map_err(unknown)?;
             cudarc::driver::result::launch_kernel(
                 kernel.func,
                 dispatch,

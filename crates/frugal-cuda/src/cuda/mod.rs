@@ -22,6 +22,7 @@ mod blas;
 mod compiler;
 mod hold;
 mod init;
+mod launch_timing;
 mod memory;
 mod server;
 mod tma;
@@ -29,6 +30,7 @@ mod tma;
 pub use blas::blas_available;
 pub use compiler::{KernelLoads, kernel_loads};
 pub use hold::{HeldDeviceMemory, hold_device_memory};
+pub use launch_timing::{LaunchTimings, LaunchTotal};
 pub use memory::CudaDeviceMemory;
 pub use server::{FrugalCudaServer, MemoryReport};
 
@@ -308,6 +310,28 @@ pub fn allocator_snapshot(device: &FrugalCudaDevice) -> Snapshot {
 /// memory_viz file built from them replays consistently.
 pub fn allocator_history(device: &FrugalCudaDevice) -> History {
     history(device, true)
+}
+
+/// Starts (clearing what was measured) or stops timing, with CUDA events, every kernel launch,
+/// cuBLASLt product and host copy on `device`'s stream, and the device's idle time between
+/// them. Read the times with [`take_launch_timings`]. Each timed piece of work records two
+/// events; the times are read when the server synchronises.
+pub fn set_launch_timing(device: &FrugalCudaDevice, on: bool) {
+    let _ = apply(device, ControlRequest::LaunchTiming(on));
+}
+
+/// The device time of each kind of work since [`set_launch_timing`] turned timing on (or since
+/// the last call of this), longest first, and the device's idle time between them. Waits for
+/// the work queued so far to finish.
+pub fn take_launch_timings(device: &FrugalCudaDevice) -> LaunchTimings {
+    // As for the history: one slot, so a concurrent caller may take ours; ask again then.
+    for _ in 0..64 {
+        let _ = apply(device, ControlRequest::TakeLaunchTimings);
+        if let Some(timings) = client(device).info().take_launch_timings() {
+            return timings;
+        }
+    }
+    LaunchTimings::default()
 }
 
 fn history(device: &FrugalCudaDevice, with_trace: bool) -> History {

@@ -47,10 +47,12 @@ use cudarc::driver::sys::{
 
 use super::blas::{BlasLt, GemmBuffers};
 use super::compiler::KernelContext;
+use super::launch_timing::{LaunchTimer, LaunchTimings};
 use super::memory::{CudaDeviceMemory, PinnedBytesController, PinnedStorage};
 use super::tma;
 use crate::allocator::{AllocError, History, OomInfo, Stats};
 use crate::gemm::{GemmError, GemmShape};
+use crate::launch_metadata::{self, MetadataCache, Placement};
 use crate::storage::{DeviceResource, HandleRegistry, RegistryCounters, TraceEvent};
 
 const MB: usize = 1 << 20;
@@ -122,6 +124,10 @@ pub(crate) enum ControlRequest {
     /// Publish the allocator's segments and blocks into [`MemoryControl`], with a copy of the
     /// trace recorded so far when `true`.
     History(bool),
+    /// Start (clearing what was measured) or stop timing launches on the device.
+    LaunchTiming(bool),
+    /// Move the launch times measured so far into [`MemoryControl`] for the caller.
+    TakeLaunchTimings,
 }
 
 /// What the allocator reports, as published by the server.
@@ -148,6 +154,7 @@ pub struct MemoryControl {
     last_error: Mutex<Option<AllocError>>,
     trace: Mutex<Vec<TraceEvent>>,
     history: Mutex<Option<History>>,
+    launch_timings: Mutex<Option<LaunchTimings>>,
 }
 
 impl std::fmt::Debug for MemoryControl {
@@ -180,6 +187,13 @@ impl MemoryControl {
             .take()
     }
 
+    pub(crate) fn take_launch_timings(&self) -> Option<LaunchTimings> {
+        self.launch_timings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
     pub(crate) fn take_error(&self) -> Option<AllocError> {
         self.last_error
             .lock()
@@ -205,6 +219,10 @@ pub struct FrugalCudaServer {
     utilities: Arc<ServerUtilities<Self>>,
     /// cuBLASLt, made at the first product (or why it could not be).
     blas: Option<Result<BlasLt, GemmError>>,
+    /// Device time of each launch, product and copy, when asked for.
+    timer: LaunchTimer,
+    /// Kernel metadata already on the device.
+    metadata: MetadataCache,
 }
 
 // SAFETY: the server is driven from one thread at a time (CubeCL's device handle serialises
@@ -259,6 +277,8 @@ impl FrugalCudaServer {
             control,
             utilities: Arc::new(utilities),
             blas: None,
+            timer: LaunchTimer::default(),
+            metadata: MetadataCache::default(),
         }
     }
 
@@ -321,6 +341,19 @@ impl FrugalCudaServer {
                         .history
                         .lock()
                         .unwrap_or_else(|e| e.into_inner()) = Some(history);
+                    Ok(())
+                }
+                ControlRequest::LaunchTiming(on) => {
+                    self.timer.set(on);
+                    Ok(())
+                }
+                ControlRequest::TakeLaunchTimings => {
+                    let timings = self.timer.take();
+                    *self
+                        .control
+                        .launch_timings
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(timings);
                     Ok(())
                 }
             };
@@ -517,7 +550,9 @@ impl FrugalCudaServer {
         // SAFETY: the addresses are the bindings' live buffers, sized by the caller for
         // `shape`; the workspace handle lives until after the product is queued, and a freed
         // block is only reused by work queued later on this same stream.
+        let started = self.timer.start(self.stream);
         let result = unsafe { blas.run(shape, &buffers, workspace.1, self.stream) };
+        self.timer.finish("cuBLASLt product", started, self.stream);
         drop(workspace);
         result
     }
@@ -555,6 +590,7 @@ impl FrugalCudaServer {
         let num_bytes = shape.iter().product::<usize>() * elem_size;
         let mut bytes = self.reserve_host(num_bytes, true);
         let resource = self.resource(handle)?;
+        let started = self.timer.start(self.stream);
         // SAFETY: the resource is a live device buffer covering the pitched layout, `bytes` holds
         // the packed copy, and the caller waits on a fence before reading it.
         unsafe {
@@ -567,6 +603,7 @@ impl FrugalCudaServer {
                 self.stream,
             )
         }?;
+        self.timer.finish("copy to host", started, self.stream);
         Ok(bytes)
     }
 
@@ -591,6 +628,7 @@ impl FrugalCudaServer {
             }
             _ => data,
         };
+        let started = self.timer.start(self.stream);
         // SAFETY: as in `copy_to_host`; `data` is kept alive by the drop queue until a later
         // fence has passed.
         unsafe {
@@ -603,6 +641,7 @@ impl FrugalCudaServer {
                 self.stream,
             )
         }?;
+        self.timer.finish("copy to device", started, self.stream);
         self.drop_queue.push(data);
         Ok(())
     }
@@ -645,6 +684,38 @@ impl FrugalCudaServer {
         }
     }
 
+    /// A device buffer holding `blob`, a kernel's metadata: the arena's copy where it has one
+    /// (uploaded at its first use), else a fresh upload as cubecl-cuda makes.
+    fn metadata_binding(
+        &mut self,
+        blob: &[u8],
+        stream_id: StreamId,
+    ) -> Result<Binding, ServerError> {
+        if self.metadata.needs_chunk(blob)
+            && let Ok(chunk) = self.empty(launch_metadata::CHUNK_BYTES, stream_id)
+        {
+            self.metadata.add_chunk(chunk);
+        }
+        match self.metadata.place(blob) {
+            Placement::Cached(binding) => Ok(binding),
+            Placement::Fresh(binding) => {
+                let mut staging = self.reserve_host(blob.len(), true);
+                staging.copy_from_slice(blob);
+                self.write_to_device(
+                    CopyDescriptor {
+                        handle: binding.clone(),
+                        shape: [blob.len()].into(),
+                        strides: [1].into(),
+                        elem_size: 1,
+                    },
+                    staging,
+                )?;
+                Ok(binding)
+            }
+            Placement::Uncached => Ok(self.create_with_data(blob, stream_id)?.binding()),
+        }
+    }
+
     fn launch_checked(
         &mut self,
         kernel: Box<dyn CubeTask<CudaCompiler>>,
@@ -653,6 +724,7 @@ impl FrugalCudaServer {
         mode: ExecutionMode,
         stream_id: StreamId,
     ) -> Result<(), ServerError> {
+        let name = kernel.name();
         let mut kernel_id = kernel.id();
         kernel_id.mode(mode);
         let logger = self.utilities.logger.clone();
@@ -683,20 +755,20 @@ impl FrugalCudaServer {
 
         let grid_constants = self.ctx.options.supports_features.grid_constants;
         let info = &bindings.info;
-        let (const_info, info_handle) = if grid_constants {
-            let mut handle = None;
+        let (const_info, info_binding) = if grid_constants {
+            let mut binding = None;
             if info.dynamic_metadata_offset < info.data.len() {
                 let dynamic: &[u8] =
                     bytemuck::cast_slice(&info.data[info.dynamic_metadata_offset..]);
-                handle = Some(self.create_with_data(dynamic, stream_id)?);
+                binding = Some(self.metadata_binding(dynamic, stream_id)?);
             }
-            (Some(info.data.as_ptr() as *mut c_void), handle)
+            (Some(info.data.as_ptr() as *mut c_void), binding)
         } else {
-            let mut handle = None;
+            let mut binding = None;
             if !info.data.is_empty() {
-                handle = Some(self.create_with_data(bytemuck::cast_slice(&info.data), stream_id)?);
+                binding = Some(self.metadata_binding(bytemuck::cast_slice(&info.data), stream_id)?);
             }
-            (None, handle)
+            (None, binding)
         };
 
         let mut resources =
@@ -714,13 +786,14 @@ impl FrugalCudaServer {
             let address = self.resource(map.binding.clone())?.ptr;
             tensor_maps.push(tma::encode(&map.map, address)?);
         }
-        if let Some(handle) = info_handle {
-            resources.push(self.resource(handle.binding())?);
+        if let Some(binding) = info_binding {
+            resources.push(self.resource(binding)?);
         }
 
         if !self.ctx.is_loaded(&kernel_id) {
             self.ctx.compile(&kernel_id, kernel, mode, logger)?;
         }
+        let started = self.timer.start(self.stream);
         let launched = self.ctx.launch(
             self.stream,
             &kernel_id,
@@ -729,6 +802,7 @@ impl FrugalCudaServer {
             &resources,
             const_info,
         );
+        self.timer.finish(name, started, self.stream);
         if self.drop_queue.should_flush() {
             let stream = self.stream;
             self.drop_queue.flush(|| Fence::new(stream));
@@ -898,6 +972,8 @@ impl ComputeServer for FrugalCudaServer {
             return Box::pin(async move { Err(e) });
         }
         let fence = Fence::new(self.stream);
+        // The host waits for the stream here anyway: the timed events are complete or nearly.
+        self.timer.read_pending();
         Box::pin(async move { fence.wait_sync() })
     }
 
