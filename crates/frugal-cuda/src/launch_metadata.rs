@@ -63,48 +63,41 @@ pub(crate) enum Placement {
     Cached(Binding),
     /// A new place in the arena: write the blob there (once), then bind it.
     Fresh(Binding),
-    /// Not cached (too long, or the arena is full or needs a chunk): upload as before.
+    /// No room in the last chunk, but the arena may grow: [`MetadataCache::add_chunk`], then
+    /// place it again.
+    NeedsChunk,
+    /// Not cached (off, too long, or the arena is full): upload as before.
     Uncached,
 }
 
 impl MetadataCache {
-    /// Whether placing `blob` needs a new chunk first ([`Self::add_chunk`]).
-    pub fn needs_chunk(&self, blob: &[u8]) -> bool {
-        self.on
-            && blob.len() <= MAX_BLOB_BYTES
-            && self.chunks.len() < MAX_CHUNKS
-            && !self.index.contains_key(blob)
-            && self
-                .chunks
-                .last()
-                .is_none_or(|c| align(c.used) + blob.len() as u64 > CHUNK_BYTES)
-    }
-
     /// Adds a chunk of [`CHUNK_BYTES`] device bytes, which the arena keeps for good.
     pub fn add_chunk(&mut self, handle: Handle) {
         self.chunks.push(Chunk { handle, used: 0 });
     }
 
-    /// Finds `blob` on the device, or gives it a place in the last chunk.
+    /// Finds `blob` on the device, or gives it a place in the last chunk. One lookup of its
+    /// bytes when it is found, which is every launch after a step's first.
     pub fn place(&mut self, blob: &[u8]) -> Placement {
-        if !self.on {
+        if !self.on || blob.len() > MAX_BLOB_BYTES {
             return Placement::Uncached;
         }
         if let Some(slot) = self.index.get(blob).copied() {
             self.hits += 1;
             return Placement::Cached(self.binding(slot));
         }
-        if blob.len() > MAX_BLOB_BYTES {
-            return Placement::Uncached;
-        }
-        let Some(chunk) = self.chunks.len().checked_sub(1) else {
-            return Placement::Uncached;
-        };
-        let offset = align(self.chunks[chunk].used);
         let len = blob.len() as u64;
-        if offset + len > CHUNK_BYTES {
-            return Placement::Uncached;
-        }
+        let room = self.chunks.last().and_then(|chunk| {
+            let offset = align(chunk.used);
+            (offset + len <= CHUNK_BYTES).then_some(offset)
+        });
+        let Some(offset) = room else {
+            return match self.chunks.len() < MAX_CHUNKS {
+                true => Placement::NeedsChunk,
+                false => Placement::Uncached,
+            };
+        };
+        let chunk = self.chunks.len() - 1;
         self.chunks[chunk].used = offset + len;
         let slot = Slot { chunk, offset, len };
         self.index.insert(blob.into(), slot);
@@ -159,13 +152,11 @@ mod tests {
     fn a_blob_is_written_once_then_found_by_its_bytes_at_the_same_place() {
         let mut cache = cache();
         let blob = [1u8, 2, 3, 4, 5];
-        assert!(cache.needs_chunk(&blob));
         assert!(
-            matches!(cache.place(&blob), Placement::Uncached),
+            matches!(cache.place(&blob), Placement::NeedsChunk),
             "no chunk yet"
         );
         cache.add_chunk(chunk());
-        assert!(!cache.needs_chunk(&blob));
         let Placement::Fresh(first) = cache.place(&blob) else {
             panic!("a new blob gets a place to be written");
         };
@@ -193,16 +184,17 @@ mod tests {
         let per_chunk = (CHUNK_BYTES / MAX_BLOB_BYTES as u64) as u32;
         let mut i = 0;
         for _ in 0..MAX_CHUNKS {
-            assert!(cache.needs_chunk(&blob(i)));
+            assert!(matches!(cache.place(&blob(i)), Placement::NeedsChunk));
             cache.add_chunk(chunk());
             for _ in 0..per_chunk {
-                assert!(!cache.needs_chunk(&blob(i)));
                 assert!(matches!(cache.place(&blob(i)), Placement::Fresh(_)));
                 i += 1;
             }
         }
-        assert!(!cache.needs_chunk(&blob(i)), "the arena is full");
-        assert!(matches!(cache.place(&blob(i)), Placement::Uncached));
+        assert!(
+            matches!(cache.place(&blob(i)), Placement::Uncached),
+            "the arena is full"
+        );
         assert!(matches!(cache.place(&blob(0)), Placement::Cached(_)));
         assert!(matches!(
             cache.place(&vec![0u8; MAX_BLOB_BYTES + 1]),
@@ -214,7 +206,6 @@ mod tests {
     fn off_it_never_caches() {
         let mut cache = cache();
         cache.on = false;
-        assert!(!cache.needs_chunk(&[1]));
         assert!(matches!(cache.place(&[1]), Placement::Uncached));
     }
 }

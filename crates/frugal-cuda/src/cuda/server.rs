@@ -691,12 +691,17 @@ impl FrugalCudaServer {
         blob: &[u8],
         stream_id: StreamId,
     ) -> Result<Binding, ServerError> {
-        if self.metadata.needs_chunk(blob)
-            && let Ok(chunk) = self.empty(launch_metadata::CHUNK_BYTES, stream_id)
-        {
-            self.metadata.add_chunk(chunk);
+        let mut placement = self.metadata.place(blob);
+        if let Placement::NeedsChunk = placement {
+            placement = match self.empty(launch_metadata::CHUNK_BYTES, stream_id) {
+                Ok(chunk) => {
+                    self.metadata.add_chunk(chunk);
+                    self.metadata.place(blob)
+                }
+                Err(_) => Placement::Uncached,
+            };
         }
-        match self.metadata.place(blob) {
+        match placement {
             Placement::Cached(binding) => Ok(binding),
             Placement::Fresh(binding) => {
                 let mut staging = self.reserve_host(blob.len(), true);
@@ -712,7 +717,9 @@ impl FrugalCudaServer {
                 )?;
                 Ok(binding)
             }
-            Placement::Uncached => Ok(self.create_with_data(blob, stream_id)?.binding()),
+            Placement::NeedsChunk | Placement::Uncached => {
+                Ok(self.create_with_data(blob, stream_id)?.binding())
+            }
         }
     }
 
