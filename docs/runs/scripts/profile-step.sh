@@ -33,6 +33,7 @@ for spec in ${PM-}; do
   IFS=: read -r name limit more <<< "$spec"; more=${more//,/ }
   tag=${name//\//_}; cache=1
   case " $more " in *" nocache "*) cache=0; tag=$tag-nocache; more=${more//nocache/} ;; esac
+  n=2; base=$tag; while [ -e $R/pm-$tag.out ]; do tag=$base-$n; n=$((n + 1)); done
   export FRUGAL_CUDA_METADATA_CACHE=$cache; one pm-$tag $limit ./peak-memory --device frugal-cuda --only $name --steps ${STEPS:-10} --warmup ${WARMUP:-4} --profile-kernels ${more:-}
 done
 export FRUGAL_CUDA_METADATA_CACHE=1
