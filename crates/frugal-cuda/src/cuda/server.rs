@@ -651,19 +651,24 @@ impl FrugalCudaServer {
         data: &[u8],
         stream_id: StreamId,
     ) -> Result<Handle, ServerError> {
+        let handle = self.empty(data.len() as u64, stream_id)?;
+        self.write_bytes(handle.clone().binding(), data)?;
+        Ok(handle)
+    }
+
+    /// Queues a copy of `data` into the device buffer `binding`, through pinned staging.
+    fn write_bytes(&mut self, binding: Binding, data: &[u8]) -> Result<(), IoError> {
         let mut staging = self.reserve_host(data.len(), true);
         staging.copy_from_slice(data);
-        let handle = self.empty(staging.len() as u64, stream_id)?;
         self.write_to_device(
             CopyDescriptor {
-                handle: handle.clone().binding(),
+                handle: binding,
                 shape: [data.len()].into(),
                 strides: [1].into(),
                 elem_size: 1,
             },
             staging,
-        )?;
-        Ok(handle)
+        )
     }
 
     fn read_async(
@@ -704,17 +709,7 @@ impl FrugalCudaServer {
         match placement {
             Placement::Cached(binding) => Ok(binding),
             Placement::Fresh(binding) => {
-                let mut staging = self.reserve_host(blob.len(), true);
-                staging.copy_from_slice(blob);
-                self.write_to_device(
-                    CopyDescriptor {
-                        handle: binding.clone(),
-                        shape: [blob.len()].into(),
-                        strides: [1].into(),
-                        elem_size: 1,
-                    },
-                    staging,
-                )?;
+                self.write_bytes(binding.clone(), blob)?;
                 Ok(binding)
             }
             Placement::NeedsChunk | Placement::Uncached => {
