@@ -189,7 +189,7 @@ impl LaunchTimer {
     fn event(&mut self) -> Option<Event> {
         match self.spare.pop() {
             Some(event) => Some(event),
-            // SAFETY: creates an event in the current context (the server's).
+            // In the current context: the server's, made current when it was entered.
             None => cudarc::driver::result::event::create(CUevent_flags::CU_EVENT_DEFAULT).ok(),
         }
     }

@@ -547,10 +547,10 @@ impl FrugalCudaServer {
                 .ptr;
             workspace = (Some(handle), address);
         }
+        let started = self.timer.start(self.stream);
         // SAFETY: the addresses are the bindings' live buffers, sized by the caller for
         // `shape`; the workspace handle lives until after the product is queued, and a freed
         // block is only reused by work queued later on this same stream.
-        let started = self.timer.start(self.stream);
         let result = unsafe { blas.run(shape, &buffers, workspace.1, self.stream) };
         self.timer.finish("cuBLASLt product", started, self.stream);
         drop(workspace);
