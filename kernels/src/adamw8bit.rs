@@ -1,6 +1,6 @@
 use cubecl::{prelude::*, server::Handle};
 
-use crate::{FloatDtype, KernelError, cast::check_buffer};
+use crate::{AdamWScalars, FloatDtype, KernelError, adamw::updated_param, cast::check_buffer};
 
 /// Entries of one quantisation map (8-bit codes).
 pub const MAP_LEN: usize = 256;
@@ -17,49 +17,6 @@ pub const TABLES_LEN: usize = 4 * MAP_LEN;
 
 /// The largest block size the kernel takes (its cube reduces one block at a time).
 pub const MAX_BLOCK_SIZE: usize = 1 << 16;
-
-/// The scalars of one 8-bit AdamW step, computed on the host exactly as burn-optim's `AdamW`
-/// computes them (in f32, or in f64 then rounded to f32 where it converts an f64 scalar).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamW8bitScalars {
-    /// β₁.
-    pub beta_1: f32,
-    /// 1 − β₁.
-    pub one_minus_beta_1: f32,
-    /// β₂.
-    pub beta_2: f32,
-    /// 1 − β₂.
-    pub one_minus_beta_2: f32,
-    /// 1 − β₁ᵗ, the first moment's bias correction (a divisor).
-    pub bias_correction_1: f32,
-    /// 1 − β₂ᵗ, the second moment's bias correction (a divisor).
-    pub bias_correction_2: f32,
-    /// ε, added to the square root of the corrected second moment.
-    pub epsilon: f32,
-    /// The learning rate.
-    pub lr: f32,
-    /// How the decoupled weight decay is applied before the update.
-    pub decay: WeightDecay,
-}
-
-/// The decoupled weight decay of one step, as burn-optim's `AdamW` applies it to the parameter
-/// `p` before subtracting `lr * update`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum WeightDecay {
-    /// No decay (`lr * weight_decay == 0`): `p` as it is.
-    None,
-    /// `p * factor`, with `factor = 1 − lr · weight_decay`.
-    Plain {
-        /// 1 − lr · weight_decay.
-        factor: f32,
-    },
-    /// Cautious weight decay: `p − p · rate` where the signs of `p` and of the new first moment
-    /// agree (both ≥ 0 or both < 0), `p` elsewhere.
-    Cautious {
-        /// lr · weight_decay.
-        rate: f32,
-    },
-}
 
 /// Reads code `lane` (0..4) of a word of four little-endian codes, dequantises it with the map
 /// at `map_offset` of `tables`, and scales it by the block's absmax.
@@ -245,22 +202,17 @@ fn adamw8bit_kernel(
                     one_minus_beta_2,
                 );
                 if e < len {
-                    let m_hat = m / bias_correction_1;
-                    let v_hat = v / bias_correction_2;
-                    let delta = m_hat / (v_hat.sqrt() + epsilon);
-                    let p = param[e as usize];
-                    let mut decayed = p;
-                    if comptime!(decay_kind == 1) {
-                        decayed = p * decay_value;
-                    }
-                    // Nested: the outer test is resolved when the kernel is compiled.
-                    #[allow(clippy::collapsible_if)]
-                    if comptime!(decay_kind == 2) {
-                        if (p >= 0.0) == (m >= 0.0) {
-                            decayed = p - p * decay_value;
-                        }
-                    }
-                    param[e as usize] = decayed - delta * lr;
+                    param[e as usize] = updated_param(
+                        param[e as usize],
+                        m,
+                        v,
+                        bias_correction_1,
+                        bias_correction_2,
+                        epsilon,
+                        lr,
+                        decay_value,
+                        decay_kind,
+                    );
                 }
                 out_m |= quantise(m / scale_m, tables, comptime!(MAP_LEN)) << (lane * 8);
                 out_v |= quantise(v / scale_v, tables, comptime!(3 * MAP_LEN)) << (lane * 8);
@@ -319,7 +271,7 @@ pub fn adamw8bit_update<R: Runtime>(
     buffers: AdamW8bitBuffers<'_>,
     tables: &Handle,
     block_size: usize,
-    scalars: &AdamW8bitScalars,
+    scalars: &AdamWScalars,
 ) -> Result<(), KernelError> {
     if block_size < 4 || !block_size.is_multiple_of(4) || block_size > MAX_BLOCK_SIZE {
         return Err(KernelError::InvalidBlockSize {
@@ -358,11 +310,7 @@ pub fn adamw8bit_update<R: Runtime>(
         .min(128)
         .min(device_units);
     let cubes = (blocks as u32).clamp(1, hardware.max_cube_count.0.clamp(1, 65_535));
-    let (decay_kind, decay_value) = match scalars.decay {
-        WeightDecay::None => (0u32, 0.0f32),
-        WeightDecay::Plain { factor } => (1, factor),
-        WeightDecay::Cautious { rate } => (2, rate),
-    };
+    let (decay_kind, decay_value) = scalars.decay.kind_and_value();
     // SAFETY: every index is below its array's length: parameter and gradient indices are
     // checked against `len`; word indices are below `2 * blocks * words_per_block` (the codes
     // length checked above); absmax indices below `2 * blocks`; table indices below

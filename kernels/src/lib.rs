@@ -1,4 +1,4 @@
-//! CubeCL kernels for Frugal: mixed precision casts and unscaling, the 8-bit AdamW update, and
+//! CubeCL kernels for Frugal: mixed precision casts and unscaling, AdamW updates (f32 and 8-bit moments), and
 //! flash attention.
 //!
 //! Every kernel is generic over the CubeCL runtime `R` and works on contiguous device buffers:
@@ -13,6 +13,10 @@
 //! - [`unscale_and_check`]: multiplies many f32 gradient buffers in place by `inv_scale` in a few
 //!   launches and raises a device-side [`FoundInf`] flag if any result is NaN or ±inf.
 //!
+//! - [`embedding_grad_add`]: an embedding lookup's backward, one unit per value of the output
+//!   gradient, added into the table's gradient with atomic adds.
+//! - [`adamw_update`]: one AdamW step on f32 moments (burn-optim's arithmetic), in place, in one
+//!   launch.
 //! - [`adamw8bit_update`]: one AdamW step on 8-bit block-wise quantised moments (dequantise
 //!   both, update, write the parameter, requantise), in place, in one launch.
 //!
@@ -76,21 +80,24 @@
 /// can name runtimes, clients and handles without a separate dependency.
 pub use cubecl;
 
+mod adamw;
 mod adamw8bit;
 pub mod attention;
 mod cast;
 mod dtype;
+mod embedding;
 mod error;
 mod unscale;
 
+pub use adamw::{AdamWBuffers, AdamWScalars, WeightDecay, adamw_update};
 pub use adamw8bit::{
-    AdamW8bitBuffers, AdamW8bitScalars, MAP_LEN, MAX_BLOCK_SIZE, TABLES_LEN, WeightDecay,
-    adamw8bit_layout, adamw8bit_update,
+    AdamW8bitBuffers, MAP_LEN, MAX_BLOCK_SIZE, TABLES_LEN, adamw8bit_layout, adamw8bit_update,
 };
 pub use cast::{
     cast, cast_bf16_to_f32, cast_f16_to_f32, cast_f32_to_bf16, cast_f32_to_f16, cast_scaled, copy,
     vector_size_for,
 };
 pub use dtype::FloatDtype;
+pub use embedding::{EmbeddingGradBuffers, IdDtype, embedding_grad_add};
 pub use error::KernelError;
 pub use unscale::{FoundInf, unscale_and_check, unscale_and_check_into, unscale_group_size};

@@ -195,8 +195,8 @@ struct Args {
     /// backend's ops: auto (not for casts under fusion), always, never.
     #[arg(long, value_enum, default_value = "auto")]
     kernels: KernelsArg,
-    /// The optimizer of every configuration: burn-optim's AdamW, or Frugal's AdamW with
-    /// block-wise 8-bit moments.
+    /// The optimizer of every configuration: burn-optim's AdamW, Frugal's AdamW with
+    /// block-wise 8-bit moments, or burn-optim's AdamW fused into one launch per parameter.
     #[arg(long, value_enum, default_value = "adamw")]
     optimizer: train::OptimizerKind,
     /// Under a budget, the longest chain of evicted tensors one read may recompute
@@ -350,6 +350,8 @@ struct Line {
     /// `--optimizer`, and how many 8-bit AdamW updates Frugal's fused kernel made (all steps).
     optimizer: String,
     adamw8bit_kernel_updates: u64,
+    /// How many f32 AdamW updates Frugal's fused kernel made (all steps).
+    adamw_kernel_updates: u64,
     /// For Frugal: live bytes after the last step, when only the parameters and the
     /// optimizer state are left.
     model_state_bytes: Option<u64>,
@@ -877,6 +879,7 @@ fn main() {
 fn label(line: &serde_json::Value) -> String {
     let optimizer = match line["optimizer"].as_str() {
         Some("adamw8bit") => " 8bit",
+        Some("adamwfused") => " fused-adamw",
         _ => "",
     };
     format!(
@@ -1159,6 +1162,8 @@ fn run<A: AutodiffBackend>(
         optimizer: format!("{:?}", args.optimizer).to_lowercase(),
         adamw8bit_kernel_updates: frugal::kernels::stats().adamw8bit_launches
             - kernels_before.adamw8bit_launches,
+        adamw_kernel_updates: frugal::kernels::stats().adamw_launches
+            - kernels_before.adamw_launches,
         model_state_bytes: ledger.then(|| memory::live_bytes(&device)),
         ledger_vs_pool: points,
         budget_bytes: budget,

@@ -324,8 +324,9 @@ pub struct TrainArgs {
     /// AdamW learning rate.
     #[arg(long, default_value_t = 2e-3, help_heading = TRAINING)]
     pub lr: f64,
-    /// The optimizer: burn-optim's AdamW, or AdamW with block-wise 8-bit moments (a quarter
-    /// of the state memory).
+    /// The optimizer: burn-optim's AdamW; AdamW with block-wise 8-bit moments (a quarter of the
+    /// state memory); or burn-optim's AdamW arithmetic fused into one launch per parameter
+    /// (CubeCL backends; elsewhere Burn's ops).
     #[arg(long, value_enum, default_value_t = OptimizerKind::AdamW, help_heading = TRAINING)]
     pub optimizer: OptimizerKind,
     /// A UTF-8 text file to train on (default: a corpus generated from a small grammar).

@@ -26,6 +26,11 @@ pub enum OptimizerKind {
     /// Frugal's AdamW with block-wise 8-bit moments (`frugal::optim::AdamW8bit`).
     #[value(name = "adamw8bit")]
     AdamW8bit,
+    /// burn-optim's AdamW arithmetic with f32 moments, one fused launch per parameter on
+    /// CubeCL backends (`frugal::optim::AdamW8bitConfig::full_precision`).
+    #[value(name = "adamw-fused")]
+    #[serde(rename = "adamw-fused")]
+    AdamWFused,
 }
 
 /// The example's optimizer: one of [`OptimizerKind`], with PyTorch's AdamW defaults (eps 1e-8,
@@ -36,6 +41,9 @@ pub enum GptOptimizer<B: AutodiffBackend> {
     AdamW(OptimizerAdaptor<AdamW, Gpt<B>, B>),
     /// Frugal's 8-bit AdamW.
     AdamW8bit(OptimizerAdaptor<AdamW8bit, Gpt<B>, B>),
+    /// Frugal's AdamW with f32 moments, fused (the same type as the 8-bit one, every moment
+    /// kept in f32).
+    AdamWFused(OptimizerAdaptor<AdamW8bit, Gpt<B>, B>),
 }
 
 type AdamWRecord<B> = <OptimizerAdaptor<AdamW, Gpt<B>, B> as Optimizer<Gpt<B>, B>>::Record;
@@ -47,6 +55,7 @@ impl<B: AutodiffBackend> GptOptimizer<B> {
         match self {
             Self::AdamW(_) => OptimizerKind::AdamW,
             Self::AdamW8bit(_) => OptimizerKind::AdamW8bit,
+            Self::AdamWFused(_) => OptimizerKind::AdamWFused,
         }
     }
 }
@@ -58,7 +67,7 @@ impl<B: AutodiffBackend> Optimizer<Gpt<B>, B> for GptOptimizer<B> {
     fn step(&mut self, lr: LearningRate, module: Gpt<B>, grads: GradientsParams) -> Gpt<B> {
         match self {
             Self::AdamW(optim) => optim.step(lr, module, grads),
-            Self::AdamW8bit(optim) => optim.step(lr, module, grads),
+            Self::AdamW8bit(optim) | Self::AdamWFused(optim) => optim.step(lr, module, grads),
         }
     }
 
@@ -70,14 +79,14 @@ impl<B: AutodiffBackend> Optimizer<Gpt<B>, B> for GptOptimizer<B> {
     ) -> Gpt<B> {
         match self {
             Self::AdamW(optim) => optim.step_multi(lr, module, grads),
-            Self::AdamW8bit(optim) => optim.step_multi(lr, module, grads),
+            Self::AdamW8bit(optim) | Self::AdamWFused(optim) => optim.step_multi(lr, module, grads),
         }
     }
 
     fn to_record(&self) -> Self::Record {
         match self {
             Self::AdamW(optim) => (Some(optim.to_record()), None),
-            Self::AdamW8bit(optim) => (None, Some(optim.to_record())),
+            Self::AdamW8bit(optim) | Self::AdamWFused(optim) => (None, Some(optim.to_record())),
         }
     }
 
@@ -90,6 +99,9 @@ impl<B: AutodiffBackend> Optimizer<Gpt<B>, B> for GptOptimizer<B> {
             (Self::AdamW(optim), (Some(record), _)) => Self::AdamW(optim.load_record(record)),
             (Self::AdamW8bit(optim), (_, Some(record))) => {
                 Self::AdamW8bit(optim.load_record(record))
+            }
+            (Self::AdamWFused(optim), (_, Some(record))) => {
+                Self::AdamWFused(optim.load_record(record))
             }
             (optim, _) => panic!("the record is not {:?}'s", optim.kind()),
         }
@@ -109,6 +121,12 @@ pub fn optimizer<B: AutodiffBackend>(kind: OptimizerKind) -> GptOptimizer<B> {
         ),
         OptimizerKind::AdamW8bit => GptOptimizer::AdamW8bit(
             AdamW8bitConfig::new()
+                .with_epsilon(1e-8)
+                .with_weight_decay(0.01)
+                .init(),
+        ),
+        OptimizerKind::AdamWFused => GptOptimizer::AdamWFused(
+            AdamW8bitConfig::full_precision()
                 .with_epsilon(1e-8)
                 .with_weight_decay(0.01)
                 .init(),

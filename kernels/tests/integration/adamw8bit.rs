@@ -7,7 +7,7 @@ use crate::common::*;
 use cubecl::client::ComputeClient;
 use cubecl::server::Handle;
 use frugal_kernels::{
-    AdamW8bitBuffers, AdamW8bitScalars, KernelError, MAP_LEN, TABLES_LEN, WeightDecay,
+    AdamW8bitBuffers, AdamWScalars, KernelError, MAP_LEN, TABLES_LEN, WeightDecay,
     adamw8bit_layout, adamw8bit_update,
 };
 
@@ -50,7 +50,7 @@ fn reference(
     codes: &mut [u8],
     absmax: &mut [f32],
     block_size: usize,
-    s: &AdamW8bitScalars,
+    s: &AdamWScalars,
     t: &[f32],
 ) {
     let len = param.len();
@@ -108,9 +108,9 @@ fn read_bytes(client: &ComputeClient<R>, handle: &Handle, len: usize) -> Vec<u8>
     client.read_one(handle.clone()).expect("read")[..len].to_vec()
 }
 
-fn scalars(time: i32, decay: WeightDecay) -> AdamW8bitScalars {
+fn scalars(time: i32, decay: WeightDecay) -> AdamWScalars {
     let (beta_1, beta_2) = (0.9f32, 0.999f32);
-    AdamW8bitScalars {
+    AdamWScalars {
         beta_1,
         one_minus_beta_1: 1.0 - beta_1,
         beta_2,

@@ -4,8 +4,10 @@
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod common;
 
+mod adamw;
 mod adamw8bit;
 mod attention;
 mod burn_cast;
 mod casts;
+mod embedding;
 mod unscale;

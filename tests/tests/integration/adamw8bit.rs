@@ -2,7 +2,9 @@
 //! ops), on wgpu with Burn's fusion (`Wgpu`) and without it (`CubeBackend<WgpuRuntime>`),
 //! directly and under `Frugal`: the same parameters, codes and absmax, bit for bit, and the
 //! kernel counters show the kernel ran. Also the same training and the same ledger figures
-//! through burn-optim's `OptimizerAdaptor` on `Autodiff<Frugal<Wgpu>>`.
+//! through burn-optim's `OptimizerAdaptor` on `Autodiff<Frugal<Wgpu>>`, and, with every moment
+//! in f32 (`AdamW8bitConfig::full_precision`), burn-optim's own `AdamW`'s bits from one fused
+//! launch per parameter.
 //!
 //! Runs on wgpu (CI: Mesa's software Vulkan driver).
 #![cfg(feature = "wgpu")]
@@ -11,7 +13,7 @@ use burn::backend::wgpu::{CubeBackend, Wgpu, WgpuRuntime};
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::{GradientsParams, Optimizer, SimpleOptimizer};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer, SimpleOptimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
 use frugal::Frugal;
@@ -192,11 +194,20 @@ fn param_bits<B: Backend>(model: &Mlp<B>) -> Vec<u32> {
 /// Losses and parameter bits after `steps` steps, and the live bytes of the optimizer's state
 /// (what dropping it gives back).
 fn train<B: AutodiffBackend>(init: Mlp<B>, steps: usize) -> (Vec<f32>, Vec<u32>, u64) {
-    let device = B::Device::default();
-    let mut optim = AdamW8bitConfig::new()
+    let optim = AdamW8bitConfig::new()
         .with_epsilon(1e-8)
         .with_weight_decay(0.01)
         .init::<B, Mlp<B>>();
+    train_with(init, steps, optim)
+}
+
+/// [`train`] with the optimizer `optim`.
+fn train_with<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
+    init: Mlp<B>,
+    steps: usize,
+    mut optim: O,
+) -> (Vec<f32>, Vec<u32>, u64) {
+    let device = B::Device::default();
     let mut model = init;
     let mut losses = Vec::new();
     for step in 0..steps {
@@ -240,6 +251,13 @@ fn portable_and_fused(steps: usize) -> PortableAndFused {
     let before = kernels::stats();
     let fused = train(init, steps);
     let launched = kernels::stats().adamw8bit_launches - before.adamw8bit_launches;
+    let f32_launches = kernels::stats().adamw_launches - before.adamw_launches;
+    // The biases keep f32 moments: their step is the f32 kernel's.
+    assert_eq!(
+        f32_launches,
+        2 * steps as u64,
+        "one launch per step and bias"
+    );
     PortableAndFused {
         portable,
         fused,
@@ -293,3 +311,41 @@ fn under_a_budget_the_kernel_takes_managed_tensors_with_the_portable_results() {
 /// A budget below the MLP step's unconstrained peak (the test checks that it evicts) but
 /// above what one op needs.
 const BUDGET_BYTES: u64 = 400_000;
+
+#[test]
+fn full_precision_gives_burn_optims_adamw_bits_in_one_launch_per_parameter() {
+    let _serial = crate::serial();
+    let _reset = Reset;
+    type B = Autodiff<Frugal<Wgpu>>;
+    let steps = 5;
+    let init = mlp::<B>(&Default::default());
+    param_bits(&init);
+    let adamw = AdamWConfig::new()
+        .with_epsilon(1e-8)
+        .with_weight_decay(0.01)
+        .init::<B, Mlp<B>>();
+    let (losses, bits, state) = train_with(init.clone(), steps, adamw);
+    let before = kernels::stats();
+    let fused = AdamW8bitConfig::full_precision()
+        .with_epsilon(1e-8)
+        .with_weight_decay(0.01)
+        .init::<B, Mlp<B>>();
+    let (fused_losses, fused_bits, fused_state) = train_with(init, steps, fused);
+    let stats = kernels::stats();
+    assert_eq!(
+        stats.adamw_launches - before.adamw_launches,
+        4 * steps as u64,
+        "one launch per step and parameter (two weights, two biases)"
+    );
+    assert_eq!(stats.fused_adamw - before.fused_adamw, 4 * steps as u64);
+    assert_eq!(stats.adamw8bit_launches, before.adamw8bit_launches);
+    assert_eq!(losses, fused_losses);
+    assert!(
+        bits == fused_bits,
+        "parameters differ from burn-optim's AdamW"
+    );
+    // Two f32 moments per parameter value, charged as burn-optim's are.
+    let values = 64 * 256 + 256 + 256 * 16 + 16;
+    assert_eq!(state, 8 * values);
+    assert_eq!(fused_state, state);
+}

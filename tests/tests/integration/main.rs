@@ -10,6 +10,8 @@ mod attention;
 mod compare;
 mod coverage;
 mod differential;
+#[cfg(feature = "wgpu")]
+mod embedding;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

@@ -23,10 +23,13 @@
 //! - **matrix products on cuBLASLt** (`float_matmul`, `linear`, `linear_x_backward`,
 //!   `linear_weight_backward`) when the inner backend runs on frugal-cuda's runtime, fused or
 //!   not: f16 and bf16 by default, f32 (strict or TF32) when asked; see [`Products`];
+//! - **embedding backward** (`embedding_backward`): atomic adds of every token's gradient row,
+//!   one unit per value, in place of Burn's `select_assign` (one unit per column walking the
+//!   tokens); f32 output gradients;
 //! - **uploads** of tensors brought back from host memory, on frugal-cuda's runtime: the host
 //!   bytes go to the device as they are, with no host copy and no wait (see `upload`);
-//! - **the 8-bit AdamW update** (`crate::optim::AdamW8bit`): one launch per parameter, in
-//!   place (its dispatch is in `crate::optim`, above the tensor type it unwraps).
+//! - **the AdamW update** (`crate::optim::AdamW8bit`, f32 or 8-bit moments): one launch per
+//!   parameter, in place (its dispatch is in `crate::optim`, above the tensor type it unwraps).
 //!
 //! Under fusion, a Frugal kernel is a custom operation, which ends the fused block before it:
 //! a cast that Burn's fusion would fold into the neighbouring element-wise kernel is cheaper
@@ -87,6 +90,12 @@ pub struct KernelStats {
     pub unscale_launches: u64,
     /// Gradients unscaled by those launches.
     pub unscaled_tensors: u64,
+    /// Launches of the fused f32 AdamW update (`frugal::optim::AdamW8bit` for parameters
+    /// it keeps in f32, e.g. every one with [`crate::optim::AdamW8bitConfig::full_precision`]),
+    /// one per parameter and step.
+    pub adamw_launches: u64,
+    /// Of those, registered as a custom operation of Burn's fusion (counted when registered).
+    pub fused_adamw: u64,
     /// Launches of the fused 8-bit AdamW update (`frugal::optim::AdamW8bit`), one per
     /// parameter and step.
     pub adamw8bit_launches: u64,
@@ -100,6 +109,11 @@ pub struct KernelStats {
     pub attention_product_forwards: u64,
     /// Attention backward passes run as matrix products (see [`AttentionPath`]).
     pub attention_product_backwards: u64,
+    /// Embedding backwards run by Frugal's kernel (atomic adds, one unit per value of the
+    /// output gradient), in place of Burn's `select_assign`.
+    pub embedding_backwards: u64,
+    /// Of those, registered as a custom operation of Burn's fusion (counted when registered).
+    pub fused_embedding_backwards: u64,
     /// Matrix products run on cuBLASLt (counted when queued).
     pub blas_products: u64,
     /// Of the products, those registered as a custom operation of Burn's fusion (counted when
@@ -112,6 +126,12 @@ pub(crate) static FUSED_CASTS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SCALED_CASTS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static UNSCALE_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static UNSCALED_TENSORS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static ADAMW_LAUNCHES: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static EMBEDDING_BACKWARDS: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static FUSED_EMBEDDING_BACKWARDS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static FUSED_ADAMW: AtomicU64 = AtomicU64::new(0);
 pub(crate) static ADAMW8BIT_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static FUSED_ADAMW8BIT: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
@@ -136,12 +156,16 @@ pub fn stats() -> KernelStats {
         scaled_casts: SCALED_CASTS.load(Relaxed),
         unscale_launches: UNSCALE_LAUNCHES.load(Relaxed),
         unscaled_tensors: UNSCALED_TENSORS.load(Relaxed),
+        adamw_launches: ADAMW_LAUNCHES.load(Relaxed),
+        fused_adamw: FUSED_ADAMW.load(Relaxed),
         adamw8bit_launches: ADAMW8BIT_LAUNCHES.load(Relaxed),
         fused_adamw8bit: FUSED_ADAMW8BIT.load(Relaxed),
         attention_forwards: ATTENTION_FORWARDS.load(Relaxed),
         attention_backwards: ATTENTION_BACKWARDS.load(Relaxed),
         attention_product_forwards: ATTENTION_PRODUCT_FORWARDS.load(Relaxed),
         attention_product_backwards: ATTENTION_PRODUCT_BACKWARDS.load(Relaxed),
+        embedding_backwards: EMBEDDING_BACKWARDS.load(Relaxed),
+        fused_embedding_backwards: FUSED_EMBEDDING_BACKWARDS.load(Relaxed),
         blas_products: BLAS_PRODUCTS.load(Relaxed),
         fused_blas_products: FUSED_BLAS_PRODUCTS.load(Relaxed),
     }
@@ -191,6 +215,44 @@ pub(crate) fn cast_for<B: Backend>(
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 pub(crate) mod cube;
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod embedding;
+
+/// `B::embedding_backward`, by Frugal's kernel where the mode and the primitives allow (an
+/// f32 output gradient, 32- or 64-bit ids, on a CubeCL runtime): every token's row added
+/// with atomic adds, where Burn's `select_assign` runs one unit per column over the tokens.
+pub(crate) fn embedding_backward<B: Backend>(
+    weights: B::FloatTensorPrimitive,
+    output_grad: B::FloatTensorPrimitive,
+    indices: B::IntTensorPrimitive,
+) -> B::FloatTensorPrimitive {
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    if mode() != KernelMode::Never {
+        use burn_backend::TensorMetadata;
+        let dims = weights.shape();
+        if dims.num_dims() == 2 {
+            let mut slot = embedding::EmbeddingSlot {
+                table: [dims[0], dims[1]],
+                output_grad: Some(output_grad),
+                indices: Some(indices),
+                output: None,
+            };
+            if embedding::run(&mut slot) {
+                return slot
+                    .output
+                    .expect("the backward put its output in the slot");
+            }
+            let (output_grad, indices) = (slot.output_grad, slot.indices);
+            return B::embedding_backward(
+                weights,
+                output_grad.expect("untouched"),
+                indices.expect("untouched"),
+            );
+        }
+    }
+    B::embedding_backward(weights, output_grad, indices)
+}
 
 /// Masking and scale of one attention call, as the kernels take them.
 #[derive(Clone, Copy, Debug, PartialEq)]

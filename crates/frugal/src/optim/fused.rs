@@ -1,6 +1,7 @@
 //! The fused step's dispatch: finds the CubeCL buffers behind the step's tensors (CubeCL or
-//! fusion primitives, held by Frugal or not) and runs `frugal_kernels::adamw8bit_update` on
-//! them, in place; under fusion as one custom operation.
+//! fusion primitives, held by Frugal or not) and runs one of the AdamW kernels on them, in
+//! place: `frugal_kernels::adamw_update` for f32 moments, `frugal_kernels::adamw8bit_update`
+//! for 8-bit ones; under fusion as one custom operation.
 
 // A step that cannot take the kernel returns its inputs in the `Err` variant, for the portable
 // path: large, but moved once per parameter and step.
@@ -21,7 +22,7 @@ use burn_fusion::{
 };
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 use cubecl::server::Handle;
-use frugal_kernels::{AdamW8bitBuffers, AdamW8bitScalars, WeightDecay};
+use frugal_kernels::{AdamW8bitBuffers, AdamWBuffers, AdamWScalars, WeightDecay};
 
 use super::qmap::Tables;
 use super::{Decay, QuantizedMoments, Scalars};
@@ -34,29 +35,71 @@ use crate::op::{
 use crate::runtime::each_runtime;
 use crate::tensor::FrugalTensor;
 
-/// A step's inputs as primitives.
+/// A step's inputs as primitives. The state is the moments: for 8-bit ones the code words
+/// (an int primitive) and the absmax; for f32 ones the first and the second moment.
 struct Inputs<F, I> {
     param: F,
     grad: F,
-    codes: I,
-    absmax: F,
+    state_1: I,
+    state_2: F,
 }
 
-/// A step's outputs as primitives.
+/// A step's outputs as primitives (the state as in [`Inputs`]).
 struct Outputs<F, I> {
     param: F,
-    codes: I,
-    absmax: F,
+    state_1: I,
+    state_2: F,
 }
 
 /// The inputs, or the outputs once the kernel ran (or was registered, under fusion).
 type Slot<F, I> = Option<Result<Outputs<F, I>, Inputs<F, I>>>;
 
+/// Which kernel a step runs, with what only that kernel needs.
+#[derive(Clone, Debug)]
+enum Kind {
+    /// f32 moments (`frugal_kernels::adamw_update`); on the first step their buffers are
+    /// written, not read.
+    Full { first_step: bool },
+    /// 8-bit moments (`frugal_kernels::adamw8bit_update`).
+    Quantized {
+        block_size: usize,
+        tables: Arc<Tables>,
+    },
+}
+
+impl Kind {
+    /// The ops a new buffer of each output is charged to: the portable path's last op for
+    /// that output (parameter, state 1, state 2).
+    fn charged_ops(&self) -> [OpId; 3] {
+        let sub = float::op(float::Op::float_sub);
+        match self {
+            Kind::Full { .. } => {
+                let add = float::op(float::Op::float_add);
+                [sub, add, add]
+            }
+            Kind::Quantized { .. } => [
+                sub,
+                int::op(int::Op::bitwise_or),
+                float::op(float::Op::float_max_dim),
+            ],
+        }
+    }
+
+    /// The fusion custom operation's name.
+    fn op_name(&self) -> &'static str {
+        match self {
+            Kind::Full { .. } => "frugal_adamw",
+            Kind::Quantized { .. } => "frugal_adamw8bit",
+        }
+    }
+}
+
 /// What a launch needs besides the buffers.
+#[derive(Clone, Debug)]
 struct Launch {
-    scalars: AdamW8bitScalars,
-    block_size: usize,
+    scalars: AdamWScalars,
     len: usize,
+    kind: Kind,
 }
 
 impl Launch {
@@ -65,28 +108,39 @@ impl Launch {
         &self,
         param: (DType, usize),
         grad: (DType, usize),
-        codes: (DType, usize),
-        absmax: (DType, usize),
+        state_1: (DType, usize),
+        state_2: (DType, usize),
     ) -> bool {
-        let (blocks, words) = frugal_kernels::adamw8bit_layout(self.len, self.block_size);
-        param == (DType::F32, self.len)
-            && grad == (DType::F32, self.len)
-            && codes == (DType::U32, 2 * words)
-            && absmax == (DType::F32, 2 * blocks)
-            && self.len > 0
-            && self.len <= (u32::MAX as usize / 4) / self.block_size * self.block_size
-            && self.block_size.is_multiple_of(4)
-            && (4..=frugal_kernels::MAX_BLOCK_SIZE).contains(&self.block_size)
+        let len = self.len;
+        let common = param == (DType::F32, len) && grad == (DType::F32, len) && len > 0;
+        match &self.kind {
+            Kind::Full { .. } => {
+                common
+                    && state_1 == (DType::F32, len)
+                    && state_2 == (DType::F32, len)
+                    && len <= u32::MAX as usize
+            }
+            Kind::Quantized { block_size, .. } => {
+                let block_size = *block_size;
+                let (blocks, words) = frugal_kernels::adamw8bit_layout(len, block_size);
+                common
+                    && state_1 == (DType::U32, 2 * words)
+                    && state_2 == (DType::F32, 2 * blocks)
+                    && block_size.is_multiple_of(4)
+                    && (4..=frugal_kernels::MAX_BLOCK_SIZE).contains(&block_size)
+                    && len <= (u32::MAX as usize / 4) / block_size * block_size
+            }
+        }
     }
 }
 
-/// The step by the fused kernel: `Ok` with the new parameter and moments, or `Err` with the
-/// inputs untouched when the tensors are not CubeCL ones of a runtime this build knows (or
+/// The 8-bit step by the fused kernel: `Ok` with the new parameter and moments, or `Err` with
+/// the inputs untouched when the tensors are not CubeCL ones of a runtime this build knows (or
 /// not in the layout the kernel takes).
 #[allow(clippy::type_complexity)]
-pub(super) fn step<B: Backend, const D: usize>(
+pub(super) fn step_quantized<B: Backend, const D: usize>(
     s: &Scalars,
-    tables: &Tables,
+    tables: &Arc<Tables>,
     tensor: Tensor<B, D>,
     grad: Tensor<B, D>,
     q: QuantizedMoments<B>,
@@ -100,26 +154,25 @@ pub(super) fn step<B: Backend, const D: usize>(
     } = q;
     let launch = Launch {
         scalars: kernel_scalars(s),
-        block_size,
         len,
+        kind: Kind::Quantized {
+            block_size,
+            tables: tables.clone(),
+        },
     };
-    let mut slot: Slot<B::FloatTensorPrimitive, B::IntTensorPrimitive> = Some(Err(Inputs {
+    let inputs = Inputs {
         param: tensor.into_primitive().tensor(),
         grad: grad.into_primitive().tensor(),
-        codes: codes.into_primitive(),
-        absmax: absmax.into_primitive().tensor(),
-    }));
-    {
-        let any = &mut slot as &mut dyn Any;
-        each_runtime!(step_on(any, &launch, tables));
-    }
+        state_1: codes.into_primitive(),
+        state_2: absmax.into_primitive().tensor(),
+    };
     let float = |p| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(p));
-    match slot.expect("given back") {
+    match run::<B::FloatTensorPrimitive, B::IntTensorPrimitive>(inputs, &launch) {
         Ok(out) => Ok((
             Tensor::<B, D>::from_primitive(TensorPrimitive::Float(out.param)),
             QuantizedMoments {
-                codes: Tensor::<B, 1, Int>::from_primitive(out.codes),
-                absmax: float(out.absmax),
+                codes: Tensor::<B, 1, Int>::from_primitive(out.state_1),
+                absmax: float(out.state_2),
                 block_size,
                 len,
             },
@@ -128,8 +181,8 @@ pub(super) fn step<B: Backend, const D: usize>(
             Tensor::from_primitive(TensorPrimitive::Float(input.param)),
             Tensor::from_primitive(TensorPrimitive::Float(input.grad)),
             QuantizedMoments {
-                codes: Tensor::<B, 1, Int>::from_primitive(input.codes),
-                absmax: float(input.absmax),
+                codes: Tensor::<B, 1, Int>::from_primitive(input.state_1),
+                absmax: float(input.state_2),
                 block_size,
                 len,
             },
@@ -137,8 +190,58 @@ pub(super) fn step<B: Backend, const D: usize>(
     }
 }
 
-fn kernel_scalars(s: &Scalars) -> AdamW8bitScalars {
-    AdamW8bitScalars {
+/// A parameter and its two f32 moments.
+pub(super) type FullState<B, const D: usize> = (Tensor<B, D>, Tensor<B, D>, Tensor<B, D>);
+
+/// The f32 step by the fused kernel: `Ok` with the new parameter and moments, or `Err` with
+/// the inputs (parameter, gradient, moments) untouched, as [`step_quantized`]. On the first
+/// step (`first_step`) the moments' contents are not read.
+#[allow(clippy::type_complexity)]
+pub(super) fn step_full<B: Backend, const D: usize>(
+    s: &Scalars,
+    tensor: Tensor<B, D>,
+    grad: Tensor<B, D>,
+    moments: (Tensor<B, D>, Tensor<B, D>),
+    first_step: bool,
+) -> Result<FullState<B, D>, (Tensor<B, D>, Tensor<B, D>, (Tensor<B, D>, Tensor<B, D>))> {
+    let launch = Launch {
+        scalars: kernel_scalars(s),
+        len: tensor.shape().num_elements(),
+        kind: Kind::Full { first_step },
+    };
+    let inputs = Inputs {
+        param: tensor.into_primitive().tensor(),
+        grad: grad.into_primitive().tensor(),
+        state_1: moments.0.into_primitive().tensor(),
+        state_2: moments.1.into_primitive().tensor(),
+    };
+    let float = |p| Tensor::<B, D>::from_primitive(TensorPrimitive::Float(p));
+    match run::<B::FloatTensorPrimitive, B::FloatTensorPrimitive>(inputs, &launch) {
+        Ok(out) => Ok((float(out.param), float(out.state_1), float(out.state_2))),
+        Err(input) => Err((
+            float(input.param),
+            float(input.grad),
+            (float(input.state_1), float(input.state_2)),
+        )),
+    }
+}
+
+/// Runs `launch` on primitives of any backend: the outputs, or the inputs back when they are
+/// not CubeCL ones of a runtime this build knows (or not in the kernel's layout).
+fn run<F: 'static, I: 'static>(
+    inputs: Inputs<F, I>,
+    launch: &Launch,
+) -> Result<Outputs<F, I>, Inputs<F, I>> {
+    let mut slot: Slot<F, I> = Some(Err(inputs));
+    {
+        let any = &mut slot as &mut dyn Any;
+        each_runtime!(step_on(any, launch));
+    }
+    slot.expect("given back")
+}
+
+fn kernel_scalars(s: &Scalars) -> AdamWScalars {
+    AdamWScalars {
         beta_1: s.beta_1,
         one_minus_beta_1: s.one_minus_beta_1,
         beta_2: s.beta_2,
@@ -157,24 +260,28 @@ fn kernel_scalars(s: &Scalars) -> AdamW8bitScalars {
 
 /// `None` if the primitives are not `R`'s; `Some(())` once tried (the slot then holds the
 /// outputs, or the inputs if the kernel did not apply).
-fn step_on<R: CubeRuntime>(any: &mut dyn Any, launch: &Launch, tables: &Tables) -> Option<()> {
+fn step_on<R: CubeRuntime>(any: &mut dyn Any, launch: &Launch) -> Option<()> {
     type Fused<R> = FusionTensor<FusionCubeRuntime<R>>;
     if let Some(slot) = any.downcast_mut::<Slot<CubeTensor<R>, CubeTensor<R>>>() {
-        direct(slot, |inputs| step_cube(inputs, launch, tables));
+        direct(slot, |inputs| step_cube(inputs, launch));
         return Some(());
     }
     if let Some(slot) = any.downcast_mut::<Slot<Fused<R>, Fused<R>>>() {
-        direct(slot, |inputs| step_fused(inputs, launch, tables));
+        direct(slot, |inputs| step_fused(inputs, launch));
         return Some(());
     }
     if let Some(slot) =
         any.downcast_mut::<Slot<FrugalTensor<CubeTensor<R>>, FrugalTensor<CubeTensor<R>>>>()
     {
-        through_frugal(slot, |inputs| step_cube(inputs, launch, tables));
+        through_frugal(slot, launch.kind.charged_ops(), |inputs| {
+            step_cube(inputs, launch)
+        });
         return Some(());
     }
     if let Some(slot) = any.downcast_mut::<Slot<FrugalTensor<Fused<R>>, FrugalTensor<Fused<R>>>>() {
-        through_frugal(slot, |inputs| step_fused(inputs, launch, tables));
+        through_frugal(slot, launch.kind.charged_ops(), |inputs| {
+            step_fused(inputs, launch)
+        });
         return Some(());
     }
     None
@@ -204,6 +311,7 @@ fn direct<F, I>(slot: &mut Slot<F, I>, run: impl FnOnce(Inputs<F, I>) -> Stepped
 /// bytes); a new buffer, or one whose record another tensor shares, is charged as new.
 fn through_frugal<F, I>(
     slot: &mut Slot<FrugalTensor<F>, FrugalTensor<I>>,
+    ops: [OpId; 3],
     run: impl FnOnce(Inputs<F, I>) -> Stepped<F, I>,
 ) where
     F: Clone + TensorMetadata,
@@ -215,38 +323,36 @@ fn through_frugal<F, I>(
     let state = inputs.param.state();
     let (param, param_record) = inputs.param.split();
     let (grad, grad_record) = inputs.grad.split();
-    let (codes, codes_record) = inputs.codes.split();
-    let (absmax, absmax_record) = inputs.absmax.split();
+    let (state_1, state_1_record) = inputs.state_1.split();
+    let (state_2, state_2_record) = inputs.state_2.split();
     let inner = Inputs {
         param,
         grad,
-        codes,
-        absmax,
+        state_1,
+        state_2,
     };
-    let sub = float::op(float::Op::float_sub);
-    let or = int::op(int::Op::bitwise_or);
-    let max = float::op(float::Op::float_max_dim);
+    let [param_op, state_1_op, state_2_op] = ops;
     *slot = Some(match run(inner) {
         Ok((out, copied)) => {
-            let param = kept(state, param_record, copied[0], &out.param, sub);
-            let codes = kept(state, codes_record, copied[1], &out.codes, or);
-            let absmax = kept(state, absmax_record, copied[2], &out.absmax, max);
+            let param = kept(state, param_record, copied[0], &out.param, param_op);
+            let state_1 = kept(state, state_1_record, copied[1], &out.state_1, state_1_op);
+            let state_2 = kept(state, state_2_record, copied[2], &out.state_2, state_2_op);
             Ok(Outputs {
                 param: FrugalTensor::plain(out.param, param),
-                codes: FrugalTensor::plain(out.codes, codes),
-                absmax: FrugalTensor::plain(out.absmax, absmax),
+                state_1: FrugalTensor::plain(out.state_1, state_1),
+                state_2: FrugalTensor::plain(out.state_2, state_2),
             })
         }
         Err(inner) => {
-            let param = kept(state, param_record, false, &inner.param, sub);
-            let grad = kept(state, grad_record, false, &inner.grad, sub);
-            let codes = kept(state, codes_record, false, &inner.codes, or);
-            let absmax = kept(state, absmax_record, false, &inner.absmax, max);
+            let param = kept(state, param_record, false, &inner.param, param_op);
+            let grad = kept(state, grad_record, false, &inner.grad, param_op);
+            let state_1 = kept(state, state_1_record, false, &inner.state_1, state_1_op);
+            let state_2 = kept(state, state_2_record, false, &inner.state_2, state_2_op);
             Err(Inputs {
                 param: FrugalTensor::plain(inner.param, param),
                 grad: FrugalTensor::plain(inner.grad, grad),
-                codes: FrugalTensor::plain(inner.codes, codes),
-                absmax: FrugalTensor::plain(inner.absmax, absmax),
+                state_1: FrugalTensor::plain(inner.state_1, state_1),
+                state_2: FrugalTensor::plain(inner.state_2, state_2),
             })
         }
     });
@@ -304,18 +410,17 @@ fn writable<R: CubeRuntime>(tensor: CubeTensor<R>) -> (CubeTensor<R>, bool) {
 fn step_cube<R: CubeRuntime>(
     inputs: Inputs<CubeTensor<R>, CubeTensor<R>>,
     launch: &Launch,
-    tables: &Tables,
 ) -> Stepped<CubeTensor<R>, CubeTensor<R>> {
     let info = |t: &CubeTensor<R>| (t.dtype, t.meta.shape().num_elements());
     if !launch.fits(
         info(&inputs.param),
         info(&inputs.grad),
-        info(&inputs.codes),
-        info(&inputs.absmax),
+        info(&inputs.state_1),
+        info(&inputs.state_2),
     ) {
         return Err(inputs);
     }
-    Ok(run_kernel(inputs, launch, tables))
+    Ok(run_kernel(inputs, launch))
 }
 
 /// Makes the buffers writable and contiguous and launches the kernel (the layout already
@@ -323,36 +428,52 @@ fn step_cube<R: CubeRuntime>(
 fn run_kernel<R: CubeRuntime>(
     inputs: Inputs<CubeTensor<R>, CubeTensor<R>>,
     launch: &Launch,
-    tables: &Tables,
 ) -> (Outputs<CubeTensor<R>, CubeTensor<R>>, Copied) {
     let grad = burn_cubecl::kernel::into_contiguous(inputs.grad);
     let (param, param_copied) = writable(inputs.param);
-    let (codes, codes_copied) = writable(inputs.codes);
-    let (absmax, absmax_copied) = writable(inputs.absmax);
-    let table = tables_on(&param, tables);
-    let buffers = AdamW8bitBuffers {
-        param: &param.handle,
-        grad: &grad.handle,
-        codes: &codes.handle,
-        absmax: &absmax.handle,
-        len: launch.len,
-    };
-    frugal_kernels::adamw8bit_update(
-        &param.client,
-        buffers,
-        &table,
-        launch.block_size,
-        &launch.scalars,
-    )
-    .expect("dtypes, lengths and block size checked by Launch::fits");
-    kernels::ADAMW8BIT_LAUNCHES.fetch_add(1, Relaxed);
+    let (state_1, state_1_copied) = writable(inputs.state_1);
+    let (state_2, state_2_copied) = writable(inputs.state_2);
+    let checked = "dtypes, lengths and block size checked by Launch::fits";
+    match &launch.kind {
+        Kind::Full { first_step } => {
+            let buffers = AdamWBuffers {
+                param: &param.handle,
+                grad: &grad.handle,
+                moment_1: &state_1.handle,
+                moment_2: &state_2.handle,
+                len: launch.len,
+            };
+            frugal_kernels::adamw_update(&param.client, buffers, &launch.scalars, *first_step)
+                .expect(checked);
+            kernels::ADAMW_LAUNCHES.fetch_add(1, Relaxed);
+        }
+        Kind::Quantized { block_size, tables } => {
+            let table = tables_on(&param, tables);
+            let buffers = AdamW8bitBuffers {
+                param: &param.handle,
+                grad: &grad.handle,
+                codes: &state_1.handle,
+                absmax: &state_2.handle,
+                len: launch.len,
+            };
+            frugal_kernels::adamw8bit_update(
+                &param.client,
+                buffers,
+                &table,
+                *block_size,
+                &launch.scalars,
+            )
+            .expect(checked);
+            kernels::ADAMW8BIT_LAUNCHES.fetch_add(1, Relaxed);
+        }
+    }
     (
         Outputs {
             param,
-            codes,
-            absmax,
+            state_1,
+            state_2,
         },
-        [param_copied, codes_copied, absmax_copied],
+        [param_copied, state_1_copied, state_2_copied],
     )
 }
 
@@ -361,52 +482,59 @@ fn run_kernel<R: CubeRuntime>(
 fn step_fused<R: CubeRuntime>(
     inputs: Inputs<FusionTensor<FusionCubeRuntime<R>>, FusionTensor<FusionCubeRuntime<R>>>,
     launch: &Launch,
-    tables: &Tables,
 ) -> Stepped<FusionTensor<FusionCubeRuntime<R>>, FusionTensor<FusionCubeRuntime<R>>> {
     let info = |t: &FusionTensor<FusionCubeRuntime<R>>| (t.dtype, t.shape.num_elements());
     if !launch.fits(
         info(&inputs.param),
         info(&inputs.grad),
-        info(&inputs.codes),
-        info(&inputs.absmax),
+        info(&inputs.state_1),
+        info(&inputs.state_2),
     ) {
         return Err(inputs);
     }
     let client = inputs.param.client.clone();
-    let streams =
-        OperationStreams::with_inputs([&inputs.param, &inputs.grad, &inputs.codes, &inputs.absmax]);
+    let streams = OperationStreams::with_inputs([
+        &inputs.param,
+        &inputs.grad,
+        &inputs.state_1,
+        &inputs.state_2,
+    ]);
     let out = |t: &FusionTensor<FusionCubeRuntime<R>>| {
         TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype)
     };
-    let outputs = [out(&inputs.param), out(&inputs.codes), out(&inputs.absmax)];
+    let outputs = [
+        out(&inputs.param),
+        out(&inputs.state_1),
+        out(&inputs.state_2),
+    ];
     let ins = [
         inputs.param.into_ir(),
         inputs.grad.into_ir(),
-        inputs.codes.into_ir(),
-        inputs.absmax.into_ir(),
+        inputs.state_1.into_ir(),
+        inputs.state_2.into_ir(),
     ];
-    let desc = CustomOpIr::new("frugal_adamw8bit", &ins, &outputs);
-    kernels::FUSED_ADAMW8BIT.fetch_add(1, Relaxed);
+    let desc = CustomOpIr::new(launch.kind.op_name(), &ins, &outputs);
+    match launch.kind {
+        Kind::Full { .. } => kernels::FUSED_ADAMW.fetch_add(1, Relaxed),
+        Kind::Quantized { .. } => kernels::FUSED_ADAMW8BIT.fetch_add(1, Relaxed),
+    };
     let mut out = client
         .register(
             streams,
             OperationIr::Custom(desc.clone()),
             FusedStep::<R> {
                 desc,
-                scalars: launch.scalars,
-                block_size: launch.block_size,
-                len: launch.len,
-                tables: tables.clone(),
+                launch: launch.clone(),
                 _runtime: PhantomData,
             },
         )
         .into_iter();
-    let (param, codes, absmax) = (out.next(), out.next(), out.next());
+    let (param, state_1, state_2) = (out.next(), out.next(), out.next());
     Ok((
         Outputs {
             param: param.expect("three outputs"),
-            codes: codes.expect("three outputs"),
-            absmax: absmax.expect("three outputs"),
+            state_1: state_1.expect("three outputs"),
+            state_2: state_2.expect("three outputs"),
         },
         // Whether fusion reuses the buffers is decided when the operation runs; the
         // outputs are the inputs' successors either way.
@@ -418,10 +546,7 @@ fn step_fused<R: CubeRuntime>(
 #[derive(Debug)]
 struct FusedStep<R> {
     desc: CustomOpIr,
-    scalars: AdamW8bitScalars,
-    block_size: usize,
-    len: usize,
-    tables: Tables,
+    launch: Launch,
     _runtime: PhantomData<fn() -> R>,
 }
 
@@ -430,22 +555,26 @@ impl<R: CubeRuntime> Operation<FusionCubeRuntime<R>> for FusedStep<R> {
         &self,
         handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
     ) {
-        let ([param, grad, codes, absmax], [param_out, codes_out, absmax_out]) =
+        let ([param, grad, state_1, state_2], [param_out, state_1_out, state_2_out]) =
             self.desc.as_fixed();
+        let quantized = matches!(self.launch.kind, Kind::Quantized { .. });
         let inputs = Inputs {
             param: handles.get_float_tensor::<Cube<R>>(param),
             grad: handles.get_float_tensor::<Cube<R>>(grad),
-            codes: handles.get_int_tensor::<Cube<R>>(codes),
-            absmax: handles.get_float_tensor::<Cube<R>>(absmax),
+            state_1: if quantized {
+                handles.get_int_tensor::<Cube<R>>(state_1)
+            } else {
+                handles.get_float_tensor::<Cube<R>>(state_1)
+            },
+            state_2: handles.get_float_tensor::<Cube<R>>(state_2),
         };
-        let launch = Launch {
-            scalars: self.scalars,
-            block_size: self.block_size,
-            len: self.len,
-        };
-        let (out, _) = run_kernel(inputs, &launch, &self.tables);
+        let (out, _) = run_kernel(inputs, &self.launch);
         handles.register_float_tensor::<Cube<R>>(&param_out.id, out.param);
-        handles.register_int_tensor::<Cube<R>>(&codes_out.id, out.codes);
-        handles.register_float_tensor::<Cube<R>>(&absmax_out.id, out.absmax);
+        if quantized {
+            handles.register_int_tensor::<Cube<R>>(&state_1_out.id, out.state_1);
+        } else {
+            handles.register_float_tensor::<Cube<R>>(&state_1_out.id, out.state_1);
+        }
+        handles.register_float_tensor::<Cube<R>>(&state_2_out.id, out.state_2);
     }
 }

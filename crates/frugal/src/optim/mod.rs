@@ -16,9 +16,13 @@
 //! does. Smaller tensors (biases, norms) and non-f32 parameters keep f32 moments and follow
 //! burn-optim's `AdamW` exactly.
 //!
+//! With every parameter in f32 ([`AdamW8bitConfig::full_precision`]) it is burn-optim's
+//! `AdamW`, fused: PyTorch's `AdamW(fused=True)` in spirit, one launch per parameter instead
+//! of the handful of element-wise kernels Burn's ops take.
+//!
 //! On CubeCL backends (features `cuda`, `wgpu`; Burn's fusion on or off, under Frugal or
-//! not) the whole step is one kernel launch per parameter (`frugal_kernels::adamw8bit_update`),
-//! in place; elsewhere (NdArray, Flex, a tensor under a Frugal budget, [`KernelMode::Never`])
+//! not) the whole step is one kernel launch per parameter (`frugal_kernels::adamw8bit_update`
+//! for 8-bit moments, `frugal_kernels::adamw_update` for f32 ones), in place; elsewhere (NdArray, Flex, a tensor under a Frugal budget, [`KernelMode::Never`])
 //! the portable path runs the same arithmetic on Burn ops and gives the same codes.
 //!
 //! [`KernelMode::Never`]: crate::kernels::KernelMode::Never
@@ -94,6 +98,20 @@ impl std::fmt::Display for AdamW8bitConfigError {
 impl std::error::Error for AdamW8bitConfigError {}
 
 impl AdamW8bitConfig {
+    /// Every parameter keeps f32 moments (`min_8bit_size` at its maximum): burn-optim's
+    /// `AdamW`, each parameter's step one fused launch on CubeCL backends.
+    ///
+    /// ```
+    /// use frugal::optim::AdamW8bitConfig;
+    ///
+    /// let config = AdamW8bitConfig::full_precision().with_weight_decay(0.01);
+    /// assert_eq!(config.min_8bit_size, usize::MAX);
+    /// assert!(config.validate().is_ok());
+    /// ```
+    pub fn full_precision() -> Self {
+        Self::new().with_min_8bit_size(usize::MAX)
+    }
+
     /// Checks every field against its accepted range.
     pub fn validate(&self) -> Result<(), AdamW8bitConfigError> {
         let error = |field, value: f64, accepted| {
@@ -388,12 +406,11 @@ impl<B: Backend> SimpleOptimizer<B> for AdamW8bit {
             }
             Some(Moments::Full { moment_1, moment_2 }) => {
                 let (tensor, moment_1, moment_2) =
-                    portable::step_full(&scalars, tensor, grad, Some((moment_1, moment_2)));
+                    step_full(&scalars, tensor, grad, Some((moment_1, moment_2)));
                 (tensor, Moments::Full { moment_1, moment_2 })
             }
             None => {
-                let (tensor, moment_1, moment_2) =
-                    portable::step_full(&scalars, tensor, grad, None);
+                let (tensor, moment_1, moment_2) = step_full(&scalars, tensor, grad, None);
                 (tensor, Moments::Full { moment_1, moment_2 })
             }
         };
@@ -416,11 +433,40 @@ impl<B: Backend> SimpleOptimizer<B> for AdamW8bit {
     }
 }
 
+/// One step of f32 moments (`None` on the first step): the fused kernel when the tensors are
+/// f32 CubeCL ones and the kernel mode allows, else the portable path.
+fn step_full<B: Backend, const D: usize>(
+    scalars: &Scalars,
+    tensor: Tensor<B, D>,
+    grad: Tensor<B, D>,
+    moments: Option<(Tensor<B, D>, Tensor<B, D>)>,
+) -> (Tensor<B, D>, Tensor<B, D>, Tensor<B, D>) {
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    let (tensor, grad, moments) = if crate::kernels::mode() == crate::kernels::KernelMode::Never
+        || tensor.dtype() != DType::F32
+        || grad.dtype() != DType::F32
+    {
+        (tensor, grad, moments)
+    } else {
+        let first_step = moments.is_none();
+        // The first step's moments are written, not read: uninitialised buffers will do.
+        let moments = moments.unwrap_or_else(|| {
+            let empty = || Tensor::empty(tensor.shape(), (&tensor.device(), DType::F32));
+            (empty(), empty())
+        });
+        match fused::step_full(scalars, tensor, grad, moments, first_step) {
+            Ok(done) => return done,
+            Err((tensor, grad, moments)) => (tensor, grad, (!first_step).then_some(moments)),
+        }
+    };
+    portable::step_full(scalars, tensor, grad, moments)
+}
+
 /// One step of 8-bit moments: the fused kernel when the tensors are CubeCL ones and the
 /// kernel mode allows, else the portable path.
 fn step_quantized<B: Backend, const D: usize>(
     scalars: &Scalars,
-    tables: &qmap::Tables,
+    tables: &Arc<qmap::Tables>,
     tensor: Tensor<B, D>,
     grad: Tensor<B, D>,
     moments: QuantizedMoments<B>,
@@ -429,7 +475,7 @@ fn step_quantized<B: Backend, const D: usize>(
     let (tensor, grad, moments) = if crate::kernels::mode() == crate::kernels::KernelMode::Never {
         (tensor, grad, moments)
     } else {
-        match fused::step(scalars, tables, tensor, grad, moments) {
+        match fused::step_quantized(scalars, tables, tensor, grad, moments) {
             Ok(done) => return done,
             Err(inputs) => inputs,
         }
@@ -489,7 +535,7 @@ impl AdamW8bit {
 }
 
 /// The scalars of one step, computed once on the host and used by the portable path and the
-/// kernel's launch alike (the fields of `frugal_kernels::AdamW8bitScalars`, which only CubeCL
+/// kernel's launch alike (the fields of `frugal_kernels::AdamWScalars`, which only CubeCL
 /// builds have).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Scalars {

@@ -10,7 +10,7 @@ macro_rules! module_methods {
             family ModuleOps, module module, base MODULE_BASE;
             manual [];
             fn embedding(weights: F, indices: I) -> F;
-            fn embedding_backward(weights: F, output_grad: F, indices: I) -> F;
+            fn embedding_backward(weights: F, output_grad: F, indices: I) -> F via embedding_backward;
             fn linear(x: F, weight: F, bias: OF) -> F via linear;
             fn linear_x_backward(weight: F, output_grad: F) -> F via linear_x_backward;
             fn linear_weight_backward(x: F, output_grad: F) -> F via linear_weight_backward;

@@ -1,0 +1,147 @@
+//! The CubeCL side of an embedding's backward: downcasts of the primitives, the kernel's
+//! launch (`frugal_kernels::embedding_grad_add` into a zeroed f32 table), and the fusion
+//! custom operation.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering::Relaxed;
+
+use burn_backend::{DType, Shape};
+use burn_cubecl::{CubeRuntime, fusion::FusionCubeRuntime, tensor::CubeTensor};
+use burn_fusion::{
+    FusionRuntime, FusionTensor,
+    stream::{Operation, OperationStreams},
+};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use frugal_kernels::{EmbeddingGradBuffers, FloatDtype, IdDtype};
+
+use super::cube::Cube;
+use super::{EMBEDDING_BACKWARDS, FUSED_EMBEDDING_BACKWARDS};
+use crate::runtime::each_runtime;
+
+/// An embedding backward's operands and, once run, its output, for the runtimes to
+/// downcast. `F` and `I` are the backend's float and int primitives.
+pub(crate) struct EmbeddingSlot<F, I> {
+    /// The table's shape `[rows, width]`.
+    pub(crate) table: [usize; 2],
+    pub(crate) output_grad: Option<F>,
+    pub(crate) indices: Option<I>,
+    pub(crate) output: Option<F>,
+}
+
+/// Runs the backward with Frugal's kernel if the primitives are CubeCL ones of a runtime this
+/// build knows and the dtypes fit; `true` when done (the output is in the slot).
+pub(crate) fn run<F: 'static, I: 'static>(slot: &mut EmbeddingSlot<F, I>) -> bool {
+    let any = slot as &mut dyn Any;
+    each_runtime!(run_on(any)).unwrap_or(false)
+}
+
+/// Whether the kernel takes these dtypes: an f32 output gradient (the table's gradient has
+/// its dtype, and the kernel adds in f32) and 32- or 64-bit ids.
+fn ids_dtype(output_grad: DType, indices: DType) -> Option<IdDtype> {
+    if output_grad != DType::F32 {
+        return None;
+    }
+    match indices {
+        DType::I32 => Some(IdDtype::I32),
+        DType::I64 => Some(IdDtype::I64),
+        _ => None,
+    }
+}
+
+/// `None` if the primitives are not `R`'s; else whether the kernel ran.
+fn run_on<R: CubeRuntime>(any: &mut dyn Any) -> Option<bool> {
+    type Fused<R> = FusionTensor<FusionCubeRuntime<R>>;
+    if let Some(slot) = any.downcast_mut::<EmbeddingSlot<CubeTensor<R>, CubeTensor<R>>>() {
+        let (grad, ids) = (slot.output_grad.as_ref()?, slot.indices.as_ref()?);
+        ids_dtype(grad.dtype, ids.dtype)?;
+        let (grad, ids) = (slot.output_grad.take()?, slot.indices.take()?);
+        slot.output = Some(direct(grad, ids, slot.table));
+        return Some(true);
+    }
+    let slot = any.downcast_mut::<EmbeddingSlot<Fused<R>, Fused<R>>>()?;
+    let (grad, ids) = (slot.output_grad.as_ref()?, slot.indices.as_ref()?);
+    ids_dtype(grad.dtype, ids.dtype)?;
+    let (grad, ids) = (slot.output_grad.take()?, slot.indices.take()?);
+    slot.output = Some(fused(grad, ids, slot.table));
+    Some(true)
+}
+
+/// The table's gradient from CubeCL tensors (dtypes already checked by [`ids_dtype`]).
+fn direct<R: CubeRuntime>(
+    output_grad: CubeTensor<R>,
+    indices: CubeTensor<R>,
+    [rows, width]: [usize; 2],
+) -> CubeTensor<R> {
+    let ids = ids_dtype(output_grad.dtype, indices.dtype).expect("checked by the caller");
+    let output_grad = burn_cubecl::kernel::into_contiguous(output_grad);
+    let indices = burn_cubecl::kernel::into_contiguous(indices);
+    let grad = burn_cubecl::ops::numeric::zeros_client(
+        output_grad.client.clone(),
+        output_grad.device.clone(),
+        Shape::new([rows, width]),
+        DType::F32,
+    );
+    let buffers = EmbeddingGradBuffers {
+        out_grad: &output_grad.handle,
+        out_grad_dtype: FloatDtype::F32,
+        ids: &indices.handle,
+        ids_dtype: ids,
+        grad: &grad.handle,
+        tokens: indices.meta.shape().num_elements(),
+        width,
+        rows,
+    };
+    frugal_kernels::embedding_grad_add(&grad.client, buffers)
+        .expect("contiguous buffers of the shapes and dtypes checked above");
+    EMBEDDING_BACKWARDS.fetch_add(1, Relaxed);
+    grad
+}
+
+/// Registers the backward as one custom operation of the fusion stream.
+fn fused<R: CubeRuntime>(
+    output_grad: FusionTensor<FusionCubeRuntime<R>>,
+    indices: FusionTensor<FusionCubeRuntime<R>>,
+    table: [usize; 2],
+) -> FusionTensor<FusionCubeRuntime<R>> {
+    let client = output_grad.client.clone();
+    let streams = OperationStreams::with_inputs([&output_grad, &indices]);
+    let output = TensorIr::uninit(client.create_empty_handle(), Shape::new(table), DType::F32);
+    let inputs = [output_grad.into_ir(), indices.into_ir()];
+    let desc = CustomOpIr::new("frugal_embedding_backward", &inputs, &[output]);
+    FUSED_EMBEDDING_BACKWARDS.fetch_add(1, Relaxed);
+    client
+        .register(
+            streams,
+            OperationIr::Custom(desc.clone()),
+            FusedEmbeddingBackward::<R> {
+                desc,
+                table,
+                _runtime: PhantomData,
+            },
+        )
+        .into_iter()
+        .next()
+        .expect("one output")
+}
+
+/// The fusion custom operation of [`fused`].
+#[derive(Debug)]
+struct FusedEmbeddingBackward<R> {
+    desc: CustomOpIr,
+    table: [usize; 2],
+    _runtime: PhantomData<fn() -> R>,
+}
+
+impl<R: CubeRuntime> Operation<FusionCubeRuntime<R>> for FusedEmbeddingBackward<R> {
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
+    ) {
+        let ([output_grad, indices], [output]) = self.desc.as_fixed();
+        let output_grad = handles.get_float_tensor::<Cube<R>>(output_grad);
+        let indices = handles.get_int_tensor::<Cube<R>>(indices);
+        let grad = direct(output_grad, indices, self.table);
+        handles.register_float_tensor::<Cube<R>>(&output.id, grad);
+    }
+}
