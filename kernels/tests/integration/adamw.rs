@@ -42,21 +42,6 @@ fn reference(
     }
 }
 
-fn scalars(time: i32, decay: WeightDecay) -> AdamWScalars {
-    let (beta_1, beta_2) = (0.9f32, 0.999f32);
-    AdamWScalars {
-        beta_1,
-        one_minus_beta_1: 1.0 - beta_1,
-        beta_2,
-        one_minus_beta_2: 1.0 - beta_2,
-        bias_correction_1: 1.0 - beta_1.powi(time),
-        bias_correction_2: 1.0 - beta_2.powi(time),
-        epsilon: 1e-8,
-        lr: 1e-3,
-        decay,
-    }
-}
-
 #[test]
 fn steps_match_the_host_reference() {
     let client = client();
@@ -86,7 +71,7 @@ fn steps_match_the_host_reference() {
         for step in 1..=3 {
             let grad = grads_f32(len, step as u64 + 11);
             let grad_h = upload_f32(&client, &grad);
-            let s = scalars(step, decay);
+            let s = adamw_scalars(step, decay);
             reference(&mut param, &grad, &mut m, &mut v, &s, step == 1);
             let buffers = AdamWBuffers {
                 param: &param_h,
@@ -130,7 +115,7 @@ fn bad_inputs_are_refused_before_any_launch() {
         moment_2: &full,
         len,
     };
-    let s = scalars(1, WeightDecay::None);
+    let s = adamw_scalars(1, WeightDecay::None);
     for (what, buffers) in [
         (
             "param",

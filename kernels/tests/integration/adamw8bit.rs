@@ -108,21 +108,6 @@ fn read_bytes(client: &ComputeClient<R>, handle: &Handle, len: usize) -> Vec<u8>
     client.read_one(handle.clone()).expect("read")[..len].to_vec()
 }
 
-fn scalars(time: i32, decay: WeightDecay) -> AdamWScalars {
-    let (beta_1, beta_2) = (0.9f32, 0.999f32);
-    AdamWScalars {
-        beta_1,
-        one_minus_beta_1: 1.0 - beta_1,
-        beta_2,
-        one_minus_beta_2: 1.0 - beta_2,
-        bias_correction_1: 1.0 - beta_1.powi(time),
-        bias_correction_2: 1.0 - beta_2.powi(time),
-        epsilon: 1e-8,
-        lr: 1e-3,
-        decay,
-    }
-}
-
 #[test]
 fn steps_match_the_host_reference() {
     let client = client();
@@ -161,7 +146,7 @@ fn steps_match_the_host_reference() {
             let mut grad: Vec<f32> = grads_f32(len, step as u64 + 7);
             grad[..len.min(block_size)].fill(0.0);
             let grad_h = upload_f32(&client, &grad);
-            let s = scalars(step, decay);
+            let s = adamw_scalars(step, decay);
             reference(
                 &mut param,
                 &grad,
@@ -239,7 +224,7 @@ fn bad_inputs_are_refused_before_any_launch() {
         absmax: &absmax,
         len,
     };
-    let s = scalars(1, WeightDecay::None);
+    let s = adamw_scalars(1, WeightDecay::None);
     for bad in [0, 6, 1 << 17] {
         let err = adamw8bit_update(&client, buffers, &table, bad, &s).unwrap_err();
         assert!(

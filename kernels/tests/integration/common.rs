@@ -204,3 +204,23 @@ pub fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, ctx: &str) 
         "{ctx}: the reference is all but zero, the comparison says nothing"
     );
 }
+
+/// An AdamW step's scalars at step `time` (β₁ 0.9, β₂ 0.999, ε 1e-8, lr 1e-3), computed as
+/// burn-optim computes them.
+pub fn adamw_scalars(
+    time: i32,
+    decay: frugal_kernels::WeightDecay,
+) -> frugal_kernels::AdamWScalars {
+    let (beta_1, beta_2) = (0.9f32, 0.999f32);
+    frugal_kernels::AdamWScalars {
+        beta_1,
+        one_minus_beta_1: 1.0 - beta_1,
+        beta_2,
+        one_minus_beta_2: 1.0 - beta_2,
+        bias_correction_1: 1.0 - beta_1.powi(time),
+        bias_correction_2: 1.0 - beta_2.powi(time),
+        epsilon: 1e-8,
+        lr: 1e-3,
+        decay,
+    }
+}
