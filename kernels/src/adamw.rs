@@ -94,6 +94,8 @@ pub(crate) fn updated_param(
 /// `AdamW` updates them (`m = m₀·β₁ + g·(1 − β₁)`, `v = v₀·β₂ + g²·(1 − β₂)`), then the
 /// parameter. On the first step (`first_step`) the old moments are not read: burn-optim
 /// starts them from the gradient alone.
+// burn-optim's operations, operands in its order (not `x op= y`).
+#[allow(clippy::assign_op_pattern)]
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn adamw_kernel(
@@ -140,6 +142,8 @@ fn adamw_kernel(
 
 /// [`adamw_kernel`] on vectors of `N` values, for the decays without a per-value test (none,
 /// plain): the same operations in the same order, four to sixteen bytes per load.
+// burn-optim's operations, operands in its order (not `x op= y`).
+#[allow(clippy::assign_op_pattern)]
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn adamw_vector_kernel<N: Size>(

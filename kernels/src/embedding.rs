@@ -139,8 +139,8 @@ pub fn embedding_grad_add<R: Runtime>(
         ..
     } = buffers;
     buffers.out_grad_dtype.check_supported(client)?;
-    let values = tokens.checked_mul(width).unwrap_or(usize::MAX);
-    let table = rows.checked_mul(width).unwrap_or(usize::MAX);
+    let values = tokens.saturating_mul(width);
+    let table = rows.saturating_mul(width);
     check_buffer("out_grad", buffers.out_grad, values, buffers.out_grad_dtype)?;
     check_buffer("grad", buffers.grad, table, FloatDtype::F32)?;
     let id_bytes = tokens as u64 * buffers.ids_dtype.size_bytes() as u64;

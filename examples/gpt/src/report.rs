@@ -284,13 +284,17 @@ pub fn print_summary<D: DeviceOps + 'static>(
     if kernels != frugal::kernels::KernelStats::default() {
         println!(
             "Frugal's kernels: {} casts ({} in fusion), {} gradients unscaled in {} launches, \
-             {} 8-bit AdamW updates ({} in fusion)",
+             {} AdamW updates ({} in fusion), {} 8-bit AdamW updates ({} in fusion), \
+             {} embedding backwards",
             kernels.casts,
             kernels.fused_casts,
             kernels.unscaled_tensors,
             kernels.unscale_launches,
+            kernels.adamw_launches,
+            kernels.fused_adamw,
             kernels.adamw8bit_launches,
-            kernels.fused_adamw8bit
+            kernels.fused_adamw8bit,
+            kernels.embedding_backwards
         );
     }
     println!(
