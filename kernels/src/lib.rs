@@ -15,6 +15,8 @@
 //!
 //! - [`embedding_grad_add`]: an embedding lookup's backward, one unit per value of the output
 //!   gradient, added into the table's gradient with atomic adds.
+//! - [`layer_norm_forward`] and [`layer_norm_backward`]: layer normalisation over the last
+//!   dimension in one launch forward and three backward, f32 statistics and sums.
 //! - [`adamw_update`]: one AdamW step on f32 moments (burn-optim's arithmetic), in place, in one
 //!   launch.
 //! - [`adamw8bit_update`]: one AdamW step on 8-bit block-wise quantised moments (dequantise
@@ -87,6 +89,7 @@ mod cast;
 mod dtype;
 mod embedding;
 mod error;
+mod layer_norm;
 mod unscale;
 
 pub use adamw::{AdamWBuffers, AdamWScalars, WeightDecay, adamw_update};
@@ -100,4 +103,7 @@ pub use cast::{
 pub use dtype::FloatDtype;
 pub use embedding::{EmbeddingGradBuffers, IdDtype, embedding_grad_add};
 pub use error::KernelError;
+pub use layer_norm::{
+    LayerNormForward, LayerNormGrads, LayerNormShape, layer_norm_backward, layer_norm_forward,
+};
 pub use unscale::{FoundInf, unscale_and_check, unscale_and_check_into, unscale_group_size};

@@ -39,7 +39,7 @@ use frugal::{Frugal, RematStats};
 use frugal_benches::configs::{Config, System};
 use frugal_benches::median;
 use gpt::GptConfig;
-use gpt::cli::{AttentionKind, DeviceKind, ModelPreset, ModelShape};
+use gpt::cli::{AttentionKind, DeviceKind, ModelPreset, ModelShape, NormKind};
 use gpt::data::random_tokens;
 use gpt::train::{self, Phase};
 use serde::Serialize;
@@ -188,6 +188,11 @@ struct Args {
     /// fp32_math).
     #[arg(long, value_enum, default_value_t = AttentionKind::WrittenOut)]
     attention: AttentionKind,
+    /// How every configuration computes layer norms: fused is `frugal::nn::layer_norm` (one
+    /// autodiff node under `Autodiff<Frugal<_>>`, Burn's own layer norm on plain Burn);
+    /// written-out is Burn's layer norm (a dozen autodiff nodes) everywhere.
+    #[arg(long, value_enum, default_value_t = NormKind::Fused)]
+    norm: NormKind,
     /// The older spelling of --attention fused.
     #[arg(long, hide = true, conflicts_with = "attention")]
     fused_attention: bool,
@@ -341,6 +346,10 @@ struct Line {
     fused_attention: bool,
     /// Forward and backward passes of Frugal's flash-attention kernels in this run.
     attention_kernel_passes: u64,
+    /// Whether layer norms went through `frugal::nn::layer_norm` (`--norm fused`), and the
+    /// forward and backward passes of Frugal's layer norm kernels in this run.
+    fused_norm: bool,
+    layer_norm_kernel_passes: u64,
     /// `--attention-path`, and the attention passes (forward and backward) run as products.
     attention_path: String,
     attention_product_passes: u64,
@@ -930,7 +939,8 @@ fn run<A: AutodiffBackend>(
         shape.heads,
         shape.layers,
     )
-    .with_fused_attention(args.fused_attention());
+    .with_fused_attention(args.fused_attention())
+    .with_fused_norm(args.norm == NormKind::Fused);
     let mut settings = config.memory_settings(budget, args.scopes_keep_products);
     settings.no_plan = args.no_plan;
     settings.no_segments = !args.cuts_segments();
@@ -1152,6 +1162,11 @@ fn run<A: AutodiffBackend>(
             + frugal::kernels::stats().attention_backwards
             - kernels_before.attention_forwards
             - kernels_before.attention_backwards,
+        fused_norm: args.norm == NormKind::Fused,
+        layer_norm_kernel_passes: frugal::kernels::stats().layer_norm_forwards
+            + frugal::kernels::stats().layer_norm_backwards
+            - kernels_before.layer_norm_forwards
+            - kernels_before.layer_norm_backwards,
         attention_path: format!("{:?}", args.attention_path).to_lowercase(),
         attention_product_passes: frugal::kernels::stats().attention_product_forwards
             + frugal::kernels::stats().attention_product_backwards

@@ -255,6 +255,17 @@ pub enum AttentionKind {
     WrittenOut,
 }
 
+/// How each layer norm is computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum NormKind {
+    /// `frugal::nn::layer_norm`: one autodiff node (one kernel forward, three backward on
+    /// CUDA and wgpu) under `Autodiff<Frugal<_>>`; Burn's own layer norm without Frugal.
+    #[default]
+    Fused,
+    /// Burn's layer norm as burn-nn computes it: under autodiff a dozen ops, each its own node.
+    WrittenOut,
+}
+
 /// Parses `--store`: `none`, `bf16` or `f16` (f32 means "not stored compressed").
 fn store_precision(value: String) -> Precision {
     match value.as_str() {
@@ -317,6 +328,9 @@ pub struct TrainArgs {
     /// How attention is computed.
     #[arg(long, value_enum, default_value_t = AttentionKind::Fused, help_heading = MODEL)]
     pub attention: AttentionKind,
+    /// How layer norms are computed.
+    #[arg(long, value_enum, default_value_t = NormKind::Fused, help_heading = MODEL)]
+    pub norm: NormKind,
 
     /// Total optimizer steps (a resumed run continues up to this number).
     #[arg(long, default_value_t = 300, help_heading = TRAINING)]

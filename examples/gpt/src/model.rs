@@ -2,17 +2,18 @@
 //! pre-norm blocks of causal self-attention and a 4x GELU MLP, a final LayerNorm and an untied
 //! head. Attention is written out (scores materialised, like the `fp32_math` configuration)
 //! unless [`GptConfig::fused_attention`] asks for [`frugal::nn::attention`], which keeps no
-//! `seq × seq` tensor for the backward pass under `Autodiff<Frugal<_>>`.
+//! `seq × seq` tensor for the backward pass under `Autodiff<Frugal<_>>`. Layer norms are
+//! [`frugal::nn::LayerNorm`] (burn-nn's layer and records; one autodiff node under
+//! `Autodiff<Frugal<_>>`) unless [`GptConfig::fused_norm`] is off.
 
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{
-    Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig,
-};
+use burn::nn::{Embedding, EmbeddingConfig, Gelu, Linear, LinearConfig};
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
+use frugal::nn::{LayerNorm, LayerNormConfig};
 
 /// Model size.
 #[derive(Config, Debug)]
@@ -32,6 +33,24 @@ pub struct GptConfig {
     /// backends without Frugal) instead of written out.
     #[config(default = false)]
     pub fused_attention: bool,
+    /// Layer norms through [`frugal::nn::layer_norm`] (one autodiff node, Frugal's kernels on
+    /// CubeCL backends; Burn's own layer norm on backends without Frugal) instead of Burn's
+    /// written-out layer norm.
+    #[config(default = true)]
+    pub fused_norm: bool,
+}
+
+/// A layer norm as the configuration asks: fused or Burn's written-out one.
+fn norm<B: Backend, const D: usize>(
+    ln: &LayerNorm<B>,
+    x: Tensor<B, D>,
+    fused: bool,
+) -> Tensor<B, D> {
+    if fused {
+        ln.forward(x)
+    } else {
+        ln.forward_written_out(x)
+    }
 }
 
 /// One pre-norm transformer block.
@@ -46,6 +65,7 @@ pub struct Block<B: Backend> {
     gelu: Gelu,
     heads: usize,
     fused_attention: bool,
+    fused_norm: bool,
 }
 
 impl<B: Backend> Block<B> {
@@ -61,6 +81,7 @@ impl<B: Backend> Block<B> {
             gelu: Gelu::new(),
             heads: config.heads,
             fused_attention: config.fused_attention,
+            fused_norm: config.fused_norm,
         }
     }
 
@@ -68,7 +89,9 @@ impl<B: Backend> Block<B> {
     pub fn forward(&self, x: Tensor<B, 3>, causal: Tensor<B, 4, Bool>) -> Tensor<B, 3> {
         let [b, t, d] = x.dims();
         let hd = d / self.heads;
-        let qkv = self.qkv.forward(self.ln1.forward(x.clone()));
+        let qkv = self
+            .qkv
+            .forward(norm(&self.ln1, x.clone(), self.fused_norm));
         let split = |i: usize| {
             qkv.clone()
                 .slice([0..b, 0..t, i * d..(i + 1) * d])
@@ -85,10 +108,11 @@ impl<B: Backend> Block<B> {
         };
         let y = y.swap_dims(1, 2).reshape([b, t, d]);
         let x = x + self.proj.forward(y);
-        let h = self.fc2.forward(
-            self.gelu
-                .forward(self.fc1.forward(self.ln2.forward(x.clone()))),
-        );
+        let h = self.fc2.forward(self.gelu.forward(self.fc1.forward(norm(
+            &self.ln2,
+            x.clone(),
+            self.fused_norm,
+        ))));
         x + h
     }
 }
@@ -101,6 +125,7 @@ pub struct Gpt<B: Backend> {
     blocks: Vec<Block<B>>,
     ln: LayerNorm<B>,
     head: Linear<B>,
+    fused_norm: bool,
 }
 
 impl GptConfig {
@@ -124,6 +149,7 @@ impl GptConfig {
             blocks: (0..self.layers).map(|_| Block::new(self, device)).collect(),
             ln: LayerNormConfig::new(self.d_model).init(device),
             head: LinearConfig::new(self.d_model, self.vocab).init(device),
+            fused_norm: self.fused_norm,
         }
     }
 
@@ -162,7 +188,7 @@ impl<B: Backend> Gpt<B> {
                 block.forward(h, causal.clone())
             };
         }
-        self.head.forward(self.ln.forward(h))
+        self.head.forward(norm(&self.ln, h, self.fused_norm))
     }
 
     /// Mean cross-entropy of next-token prediction: `targets[b, i]` follows `tokens[b, i]`.

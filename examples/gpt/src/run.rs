@@ -17,7 +17,7 @@ pub use crate::report::StepLog;
 use crate::Ad;
 use crate::autosave::Autosave;
 use crate::checkpoint::{self, Resumed};
-use crate::cli::AttentionKind;
+use crate::cli::{AttentionKind, NormKind};
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
     allocator_counters, device_gone, device_stopped, failure_reason, halved_micro_batch,
@@ -184,7 +184,8 @@ pub fn train_observed<B: Backend>(
         args.heads(),
         args.layers(),
     )
-    .with_fused_attention(args.attention == AttentionKind::Fused);
+    .with_fused_attention(args.attention == AttentionKind::Fused)
+    .with_fused_norm(args.norm == NormKind::Fused);
     <Ad<B> as Backend>::seed(&device, args.seed);
     // Under a budget too small for the parameters and their first update, creating them
     // panics; say so as for a step.

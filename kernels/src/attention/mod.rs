@@ -21,7 +21,7 @@
 //! products of the same attention computed on a materialised score matrix (see `scores.rs`).
 
 mod kernels;
-mod scores;
+pub(crate) mod scores;
 
 pub use scores::{ScoreGrads, ScoresSoftmax, attention_delta, scores_backward, scores_softmax};
 
@@ -202,7 +202,7 @@ fn unroll_rows<R: Runtime>(client: &ComputeClient<R>) -> bool {
     !R::name(client).starts_with("wgpu")
 }
 
-fn invalid(what: &str, value: impl ToString, accepted: impl ToString) -> KernelError {
+pub(crate) fn invalid(what: &str, value: impl ToString, accepted: impl ToString) -> KernelError {
     KernelError::InvalidArgument {
         what: what.to_string(),
         value: value.to_string(),

@@ -68,7 +68,10 @@ fn score_len(shape: &AttentionShape) -> usize {
 }
 
 /// A cube count covering `cubes` cubes within the device's grid (X first, then Y).
-fn grid<R: Runtime>(client: &ComputeClient<R>, cubes: usize) -> Result<CubeCount, KernelError> {
+pub(crate) fn grid<R: Runtime>(
+    client: &ComputeClient<R>,
+    cubes: usize,
+) -> Result<CubeCount, KernelError> {
     let (max_x, max_y, _) = client.properties().hardware.max_cube_count;
     let x = cubes.clamp(1, max_x as usize);
     let y = cubes.div_ceil(x);
@@ -87,7 +90,7 @@ fn grid<R: Runtime>(client: &ComputeClient<R>, cubes: usize) -> Result<CubeCount
 
 /// The cube's index in a grid laid out by [`grid`].
 #[cube]
-fn cube_index() -> usize {
+pub(crate) fn cube_index() -> usize {
     CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize
 }
 

@@ -10,4 +10,5 @@ mod attention;
 mod burn_cast;
 mod casts;
 mod embedding;
+mod layer_norm;
 mod unscale;

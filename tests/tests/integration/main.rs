@@ -12,6 +12,8 @@ mod coverage;
 mod differential;
 #[cfg(feature = "wgpu")]
 mod embedding;
+#[cfg(feature = "wgpu")]
+mod layer_norm;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

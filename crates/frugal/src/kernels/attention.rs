@@ -1,24 +1,18 @@
-//! Flash attention on the inner backend's primitives: the downcast to a CubeCL tensor of a
-//! known runtime (with or without fusion), the launches of `frugal_kernels::attention`, and
-//! the fusion custom operations. Every check the kernels would make is made before anything
-//! is registered with fusion, so a registered operation always launches.
+//! Flash attention on CubeCL tensors: the call's shapes and the launches of
+//! `frugal_kernels::attention` (or, on frugal-cuda, attention as cuBLASLt products), run
+//! through the generic custom operation of [`super::custom`]. Every check the kernels would
+//! make is made before anything is registered with fusion, so a registered operation always
+//! launches.
 
-use std::any::Any;
-use std::marker::PhantomData;
 use std::sync::atomic::Ordering::Relaxed;
 
 use burn_backend::{DType, Shape};
-use burn_cubecl::{CubeRuntime, fusion::FusionCubeRuntime, tensor::CubeTensor};
-use burn_fusion::{
-    FusionRuntime, FusionTensor,
-    stream::{Operation, OperationStreams},
-};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use burn_cubecl::{CubeRuntime, tensor::CubeTensor};
 use frugal_kernels::attention::{AttentionBias, AttentionConfig, AttentionShape};
 
-use super::cube::{Cube, kernel_dtype};
+use super::cube::kernel_dtype;
+use super::custom::{CubeCall, contiguous, wrap};
 use super::{ATTENTION_BACKWARDS, ATTENTION_FORWARDS, AttentionCall};
-use crate::runtime::each_runtime;
 
 /// The kernel arguments of a call on tensors of these shapes, if the kernels take them: q
 /// `[b, h, sq, d]`, k and v `[b, h, sk, d]`, the bias `[b|1, h|1, sq|1, sk]`, one dtype.
@@ -92,29 +86,6 @@ fn device_takes<R: CubeRuntime>(
     frugal_kernels::attention::validate(&client, shape, dtype, &config(call)).is_ok()
 }
 
-fn contiguous<R: CubeRuntime>(tensor: &CubeTensor<R>) -> CubeTensor<R> {
-    if tensor.is_contiguous() {
-        tensor.clone()
-    } else {
-        burn_cubecl::kernel::into_contiguous(tensor.clone())
-    }
-}
-
-fn wrap<R: CubeRuntime>(
-    like: &CubeTensor<R>,
-    handle: cubecl::server::Handle,
-    shape: Vec<usize>,
-    dtype: DType,
-) -> CubeTensor<R> {
-    CubeTensor::new_contiguous(
-        like.client.clone(),
-        like.device.clone(),
-        Shape::from(shape),
-        handle,
-        dtype,
-    )
-}
-
 /// The forward kernel on CubeCL tensors: `(out, lse)`, or `None` if it does not apply.
 fn forward_cube<R: CubeRuntime>(
     q: &CubeTensor<R>,
@@ -183,8 +154,8 @@ fn forward_outputs<R: CubeRuntime>(
     let dims = q.meta.shape().as_slice().to_vec();
     let rows = dims[..3].to_vec();
     (
-        wrap(q, out.out, dims, q.dtype),
-        wrap(q, out.lse, rows, DType::F32),
+        wrap(q, out.out, Shape::from(dims), q.dtype),
+        wrap(q, out.lse, Shape::from(rows), DType::F32),
     )
 }
 
@@ -271,48 +242,10 @@ fn backward_outputs<R: CubeRuntime>(
     let q_dims = q.meta.shape().as_slice().to_vec();
     let kv_dims = k.meta.shape().as_slice().to_vec();
     (
-        wrap(q, grads.grad_q, q_dims, q.dtype),
-        wrap(q, grads.grad_k, kv_dims.clone(), q.dtype),
-        wrap(q, grads.grad_v, kv_dims, q.dtype),
+        wrap(q, grads.grad_q, Shape::from(q_dims), q.dtype),
+        wrap(q, grads.grad_k, Shape::from(kv_dims.clone()), q.dtype),
+        wrap(q, grads.grad_v, Shape::from(kv_dims), q.dtype),
     )
-}
-
-/// The inputs and outputs of one call, as a `dyn Any` slot the runtimes downcast.
-pub(crate) struct Slot<P> {
-    pub(crate) inputs: Vec<P>,
-    pub(crate) has_bias: bool,
-    pub(crate) outputs: Option<Vec<P>>,
-}
-
-/// Runs the forward (`backward == false`: inputs q, k, v, [bias]; outputs out, lse) or the
-/// backward (inputs q, k, v, [bias], out, lse, grad_out; outputs the three gradients) on
-/// `slot`; `true` when the kernels ran.
-/// Whether `P` is the float primitive of a CubeCL runtime this build knows, with or without
-/// fusion: the only primitives [`run`] may launch the kernels on.
-pub(crate) fn knows<P: Any>() -> bool {
-    each_runtime!(knows_on(std::any::TypeId::of::<P>())).unwrap_or(false)
-}
-
-fn knows_on<R: CubeRuntime>(primitive: std::any::TypeId) -> Option<bool> {
-    use std::any::TypeId;
-    (primitive == TypeId::of::<CubeTensor<R>>()
-        || primitive == TypeId::of::<FusionTensor<FusionCubeRuntime<R>>>())
-    .then_some(true)
-}
-
-pub(crate) fn run<P: Any>(slot: &mut Slot<P>, call: &AttentionCall, backward: bool) -> bool {
-    let any = slot as &mut dyn Any;
-    each_runtime!(run_on(any, call, backward)).unwrap_or(false)
-}
-
-fn run_on<R: CubeRuntime>(any: &mut dyn Any, call: &AttentionCall, backward: bool) -> Option<bool> {
-    if let Some(slot) = any.downcast_mut::<Slot<CubeTensor<R>>>() {
-        slot.outputs = run_cube(&slot.inputs, slot.has_bias, call, backward);
-        return Some(slot.outputs.is_some());
-    }
-    let slot = any.downcast_mut::<Slot<FusionTensor<FusionCubeRuntime<R>>>>()?;
-    slot.outputs = run_fused::<R>(&slot.inputs, slot.has_bias, call, backward);
-    Some(slot.outputs.is_some())
 }
 
 fn run_cube<R: CubeRuntime>(
@@ -333,99 +266,67 @@ fn run_cube<R: CubeRuntime>(
     }
 }
 
-/// Registers the call as one fusion custom operation, after checking that it will launch.
-fn run_fused<R: CubeRuntime>(
-    inputs: &[FusionTensor<FusionCubeRuntime<R>>],
-    has_bias: bool,
-    call: &AttentionCall,
-    backward: bool,
-) -> Option<Vec<FusionTensor<FusionCubeRuntime<R>>>> {
-    let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-    let bias = has_bias.then(|| &inputs[3]);
-    let dtypes: Vec<DType> = inputs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !(backward && *i == 4 + has_bias as usize))
-        .map(|(_, t)| t.dtype)
-        .collect();
-    let (shape, _, dtype) = plan(
-        &q.shape,
-        &k.shape,
-        &v.shape,
-        bias.map(|b| &b.shape),
-        &dtypes,
-        call,
-    )?;
-    if backward {
-        let rest = &inputs[3 + has_bias as usize..];
-        if rest[1].dtype != DType::F32 || rest[0].shape != q.shape || rest[2].shape != q.shape {
+/// One attention call as a kernel launch: the forward (inputs q, k, v, [bias]; outputs out,
+/// lse) or the backward (inputs q, k, v, [bias], out, lse, grad_out; outputs the three
+/// gradients).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttentionLaunch {
+    pub(crate) call: AttentionCall,
+    pub(crate) has_bias: bool,
+    pub(crate) backward: bool,
+}
+
+impl AttentionLaunch {
+    /// The kernels' shape and dtype for these inputs, if they take them.
+    fn plan(
+        &self,
+        inputs: &[(&Shape, DType)],
+    ) -> Option<(AttentionShape, frugal_kernels::FloatDtype)> {
+        let expected = 3 + self.has_bias as usize + if self.backward { 3 } else { 0 };
+        if inputs.len() != expected {
             return None;
         }
-    }
-    let client = q.client.clone();
-    if !device_takes::<R>(client.device(), &shape, dtype, call) {
-        return None;
-    }
-    let streams = OperationStreams::with_inputs(inputs);
-    let outputs: Vec<TensorIr> = if backward {
-        vec![
-            TensorIr::uninit(client.create_empty_handle(), q.shape.clone(), q.dtype),
-            TensorIr::uninit(client.create_empty_handle(), k.shape.clone(), q.dtype),
-            TensorIr::uninit(client.create_empty_handle(), v.shape.clone(), q.dtype),
-        ]
-    } else {
-        let rows = Shape::from(q.shape.as_slice()[..3].to_vec());
-        vec![
-            TensorIr::uninit(client.create_empty_handle(), q.shape.clone(), q.dtype),
-            TensorIr::uninit(client.create_empty_handle(), rows, DType::F32),
-        ]
-    };
-    let irs: Vec<TensorIr> = inputs.iter().map(|t| t.clone().into_ir()).collect();
-    let name = if backward {
-        "frugal_attention_backward"
-    } else {
-        "frugal_attention_forward"
-    };
-    let desc = CustomOpIr::new(name, &irs, &outputs);
-    Some(client.register(
-        streams,
-        OperationIr::Custom(desc.clone()),
-        FusedAttention::<R> {
-            desc,
-            call: *call,
-            has_bias,
-            backward,
-            _runtime: PhantomData,
-        },
-    ))
-}
-
-/// The fusion custom operation of [`run_fused`].
-#[derive(Debug)]
-struct FusedAttention<R> {
-    desc: CustomOpIr,
-    call: AttentionCall,
-    has_bias: bool,
-    backward: bool,
-    _runtime: PhantomData<fn() -> R>,
-}
-
-impl<R: CubeRuntime> Operation<FusionCubeRuntime<R>> for FusedAttention<R> {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
-    ) {
-        let inputs: Vec<CubeTensor<R>> = self
-            .desc
-            .inputs
+        let (q, k, v) = (inputs[0].0, inputs[1].0, inputs[2].0);
+        let bias = self.has_bias.then(|| inputs[3].0);
+        // The logsumexp is f32 whatever the inputs' dtype.
+        let lse_at = 4 + self.has_bias as usize;
+        let dtypes: Vec<DType> = inputs
             .iter()
-            .map(|ir| handles.get_float_tensor::<Cube<R>>(ir))
+            .enumerate()
+            .filter(|(i, _)| !(self.backward && *i == lse_at))
+            .map(|(_, t)| t.1)
             .collect();
-        let outputs = run_cube(&inputs, self.has_bias, &self.call, self.backward).expect(
-            "frugal: the attention kernels refused a call that was checked when it was registered",
-        );
-        for (tensor, ir) in outputs.into_iter().zip(&self.desc.outputs) {
-            handles.register_float_tensor::<Cube<R>>(&ir.id, tensor);
+        let (shape, _, dtype) = plan(q, k, v, bias, &dtypes, &self.call)?;
+        if self.backward {
+            let rest = &inputs[3 + self.has_bias as usize..];
+            if rest[1].1 != DType::F32 || rest[0].0 != q || rest[2].0 != q {
+                return None;
+            }
         }
+        Some((shape, dtype))
+    }
+}
+
+impl CubeCall for AttentionLaunch {
+    const NAME: &'static str = "frugal_attention";
+
+    fn outputs(&self, inputs: &[(&Shape, DType)]) -> Option<Vec<(Shape, DType)>> {
+        self.plan(inputs)?;
+        let (q, k, v) = (inputs[0], inputs[1].0, inputs[2].0);
+        Some(if self.backward {
+            vec![(q.0.clone(), q.1), (k.clone(), q.1), (v.clone(), q.1)]
+        } else {
+            let rows = Shape::from(q.0.as_slice()[..3].to_vec());
+            vec![(q.0.clone(), q.1), (rows, DType::F32)]
+        })
+    }
+
+    fn device_takes<R: CubeRuntime>(&self, device: &R::Device, inputs: &[(&Shape, DType)]) -> bool {
+        self.plan(inputs)
+            .is_some_and(|(shape, dtype)| device_takes::<R>(device, &shape, dtype, &self.call))
+    }
+
+    fn launch<R: CubeRuntime>(&self, inputs: &[CubeTensor<R>]) -> Option<Vec<CubeTensor<R>>> {
+        run_cube(inputs, self.has_bias, &self.call, self.backward)
     }
 }

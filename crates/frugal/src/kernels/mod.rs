@@ -26,6 +26,9 @@
 //! - **embedding backward** (`embedding_backward`): atomic adds of every token's gradient row,
 //!   one unit per value, in place of Burn's `select_assign` (one unit per column walking the
 //!   tokens); f32 output gradients;
+//! - **layer norm** (`frugal::nn::layer_norm` under `Autodiff<Frugal<B>>`): one launch
+//!   forward (the row statistics kept in f32), three backward, where the written-out norm and
+//!   its autodiff take a dozen; one custom operation each under fusion;
 //! - **uploads** of tensors brought back from host memory, on frugal-cuda's runtime: the host
 //!   bytes go to the device as they are, with no host copy and no wait (see `upload`);
 //! - **the AdamW update** (`crate::optim::AdamW8bit`, f32 or 8-bit moments): one launch per
@@ -114,6 +117,11 @@ pub struct KernelStats {
     pub embedding_backwards: u64,
     /// Of those, registered as a custom operation of Burn's fusion (counted when registered).
     pub fused_embedding_backwards: u64,
+    /// Layer norm forwards run by Frugal's kernel (`frugal::nn::layer_norm` under
+    /// `Autodiff<Frugal<_>>`; counted when launched).
+    pub layer_norm_forwards: u64,
+    /// Layer norm backwards run by Frugal's kernels (counted when launched).
+    pub layer_norm_backwards: u64,
     /// Matrix products run on cuBLASLt (counted when queued).
     pub blas_products: u64,
     /// Of the products, those registered as a custom operation of Burn's fusion (counted when
@@ -143,6 +151,11 @@ pub(crate) static ATTENTION_PRODUCT_FORWARDS: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
 pub(crate) static ATTENTION_PRODUCT_BACKWARDS: AtomicU64 = AtomicU64::new(0);
 
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static LAYER_NORM_FORWARDS: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static LAYER_NORM_BACKWARDS: AtomicU64 = AtomicU64::new(0);
+
 #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
 pub(crate) static BLAS_PRODUCTS: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
@@ -166,6 +179,8 @@ pub fn stats() -> KernelStats {
         attention_product_backwards: ATTENTION_PRODUCT_BACKWARDS.load(Relaxed),
         embedding_backwards: EMBEDDING_BACKWARDS.load(Relaxed),
         fused_embedding_backwards: FUSED_EMBEDDING_BACKWARDS.load(Relaxed),
+        layer_norm_forwards: LAYER_NORM_FORWARDS.load(Relaxed),
+        layer_norm_backwards: LAYER_NORM_BACKWARDS.load(Relaxed),
         blas_products: BLAS_PRODUCTS.load(Relaxed),
         fused_blas_products: FUSED_BLAS_PRODUCTS.load(Relaxed),
     }
@@ -301,20 +316,21 @@ pub(crate) fn attention_backward<B: Backend>(
     Some((outputs.next()?, outputs.next()?, outputs.next()?))
 }
 
-/// Whether the attention kernels may launch on `B`'s tensors: kernels are not turned off and
-/// `B`'s float primitive belongs to a CubeCL runtime this build knows. (They may still decline
-/// a call, e.g. a head dimension they do not support.)
+/// Whether Frugal's kernels on float tensors (attention, layer norm) may launch on `B`'s
+/// tensors: kernels are not turned off and `B`'s float primitive belongs to a CubeCL runtime
+/// this build knows. (They may still decline a call, e.g. a head dimension they do not
+/// support.)
 #[cfg_attr(
     not(any(feature = "cuda", feature = "wgpu")),
     allow(clippy::extra_unused_type_parameters)
 )]
-pub(crate) fn attention_may_launch<B: Backend>() -> bool {
+pub(crate) fn may_launch<B: Backend>() -> bool {
     if mode() == KernelMode::Never {
         return false;
     }
     #[cfg(any(feature = "cuda", feature = "wgpu"))]
     {
-        attention::knows::<B::FloatTensorPrimitive>()
+        custom::knows::<B::FloatTensorPrimitive>()
     }
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
     {
@@ -339,15 +355,16 @@ fn attention_run<B: Backend>(
             inputs[..3].iter().map(|t| (*t).clone()).collect();
         all.extend(bias.cloned());
         all.extend(inputs[3..].iter().map(|t| (*t).clone()));
-        let mut slot = attention::Slot {
-            inputs: all,
+        let launch = attention::AttentionLaunch {
+            call,
             has_bias: bias.is_some(),
+            backward,
+        };
+        let mut slot = custom::Slot {
+            inputs: all,
             outputs: None,
         };
-        if attention::run(&mut slot, &call, backward) {
-            return slot.outputs;
-        }
-        None
+        custom::run(&mut slot, &launch).then_some(slot.outputs?)
     }
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
     {
@@ -358,6 +375,98 @@ fn attention_run<B: Backend>(
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod attention;
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod custom;
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod layer_norm;
+
+/// A layer norm's forward on inner primitives: `(y, mean, rstd)`, the statistics f32
+/// `[rows]`, when the kernels take the tensors (else `None`).
+#[allow(clippy::type_complexity)]
+pub(crate) fn layer_norm_forward<B: Backend>(
+    x: &B::FloatTensorPrimitive,
+    gamma: &B::FloatTensorPrimitive,
+    beta: Option<&B::FloatTensorPrimitive>,
+    epsilon: f64,
+) -> Option<(
+    B::FloatTensorPrimitive,
+    B::FloatTensorPrimitive,
+    B::FloatTensorPrimitive,
+)> {
+    let mut inputs = vec![x.clone(), gamma.clone()];
+    inputs.extend(beta.cloned());
+    let call = LayerNormCall {
+        backward: false,
+        with_beta: beta.is_some(),
+        epsilon: epsilon as f32,
+    };
+    let mut outputs = layer_norm_run::<B>(inputs, call)?.into_iter();
+    Some((outputs.next()?, outputs.next()?, outputs.next()?))
+}
+
+/// A layer norm's backward on inner primitives: the gradients of x, gamma and (with a
+/// beta) beta, from the output's gradient and the forward's f32 statistics.
+#[allow(clippy::type_complexity)]
+pub(crate) fn layer_norm_backward<B: Backend>(
+    grad: &B::FloatTensorPrimitive,
+    x: &B::FloatTensorPrimitive,
+    gamma: &B::FloatTensorPrimitive,
+    mean: &B::FloatTensorPrimitive,
+    rstd: &B::FloatTensorPrimitive,
+    with_beta: bool,
+) -> Option<(
+    B::FloatTensorPrimitive,
+    B::FloatTensorPrimitive,
+    Option<B::FloatTensorPrimitive>,
+)> {
+    let inputs = [grad, x, gamma, mean, rstd].map(|t| t.clone()).to_vec();
+    let call = LayerNormCall {
+        backward: true,
+        with_beta,
+        epsilon: 0.0,
+    };
+    let mut outputs = layer_norm_run::<B>(inputs, call)?.into_iter();
+    Some((outputs.next()?, outputs.next()?, outputs.next()))
+}
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+use layer_norm::LayerNormCall;
+
+/// The same shape of call where no CubeCL runtime is compiled in (never launched).
+#[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+#[derive(Clone, Copy, Debug)]
+struct LayerNormCall {
+    #[allow(dead_code)]
+    backward: bool,
+    #[allow(dead_code)]
+    with_beta: bool,
+    #[allow(dead_code)]
+    epsilon: f32,
+}
+
+fn layer_norm_run<B: Backend>(
+    inputs: Vec<B::FloatTensorPrimitive>,
+    call: LayerNormCall,
+) -> Option<Vec<B::FloatTensorPrimitive>> {
+    if mode() == KernelMode::Never {
+        return None;
+    }
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    {
+        let mut slot = custom::Slot {
+            inputs,
+            outputs: None,
+        };
+        custom::run(&mut slot, &call).then_some(slot.outputs?)
+    }
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    {
+        let _ = (inputs, call);
+        None
+    }
+}
 
 /// Where matrix products run when the inner backend is on frugal-cuda's runtime (other
 /// backends always run their own).

@@ -1,8 +1,9 @@
 //! Layer 9, neural-network building blocks for models generic over `B: Backend`: attention
 //! that stores no `seq × seq` tensor for the backward pass ([`attention`]) and a drop-in for
-//! burn-nn's `MultiHeadAttention` built on it ([`MultiHeadAttention`]). Owns the public
-//! functions and modules; the implementations are registered by `Frugal<B>` in
-//! `crate::ops::attention`, the only module it imports.
+//! burn-nn's `MultiHeadAttention` built on it ([`MultiHeadAttention`]); layer norm as one
+//! autodiff node ([`layer_norm`], [`LayerNorm`]). Owns the public functions and modules; the
+//! implementations are registered by `Frugal<B>` in `crate::ops::attention` and
+//! `crate::ops::layer_norm`, the only modules it imports.
 //!
 //! Under `Autodiff<Frugal<B>>` (either checkpoint strategy) [`attention`] records one autodiff
 //! node that keeps q, k, v, the output and each query row's logsumexp, and computes with
@@ -11,6 +12,7 @@
 //! forward. On any other backend (`Autodiff<Cuda>`, `NdArray`, ...) it computes the written-out
 //! attention ([`attention_written_out`]), exactly what a model writes by hand today.
 
+mod layer_norm;
 mod mha;
 
 use std::any::{Any, TypeId};
@@ -20,6 +22,7 @@ use burn_tensor::{Bool, Tensor};
 
 use crate::ops::attention::{AttentionArgs, lookup};
 
+pub use layer_norm::{LayerNorm, LayerNormConfig, layer_norm, layer_norm_written_out};
 pub use mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
 
 /// Masking, bias and scale of an [`attention`] call.

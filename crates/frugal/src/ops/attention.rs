@@ -11,13 +11,11 @@
 //!   block of query rows, the probabilities recomputed per block from the logsumexp.
 //! - **Autocast**: the call follows the policy's entry for `attention` (q, k, v cast to the low
 //!   type, the output cast back), and the state keeps the cast inputs.
-//! - **The registry**: `Frugal<B>` registers its implementations, keyed by the `TypeId` of
-//!   `Frugal<B>` and `Autodiff<Frugal<B>, C>`, the first time it is asked for a device state
-//!   from a device argument (every tensor is created from one, so before any attention call).
+//! - **The registry** (`crate::ops::registry`): `Frugal<B>` registers its implementations,
+//!   keyed by the `TypeId` of `Frugal<B>` and `Autodiff<Frugal<B>, C>`.
 
 use std::any::{Any, TypeId};
 use std::marker::PhantomData;
-use std::sync::RwLock;
 
 use burn_autodiff::{
     Autodiff,
@@ -28,17 +26,15 @@ use burn_autodiff::{
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
-use burn_backend::{
-    Backend, DType, DeviceOps, TensorMetadata, TensorPrimitive, tensor::FloatTensor,
-};
+use burn_backend::{Backend, DType, TensorMetadata, TensorPrimitive, tensor::FloatTensor};
 use burn_tensor::{Bool, Int, Tensor};
 
 use crate::autocast::{DtypeSet, plan};
 use crate::backend::Frugal;
-use crate::device::DeviceState;
 use crate::kernels::{self, AttentionCall};
 use crate::op::families::module::{Op, op};
 use crate::ops::convert::cast_to;
+use crate::ops::registry::{Entry, Registry, unbox};
 use crate::remat::FloatKind;
 use crate::tensor::FrugalTensor;
 
@@ -53,58 +49,21 @@ pub(crate) struct AttentionArgs {
     pub(crate) scale: f64,
 }
 
-/// An implementation: takes the arguments of its backend, returns the output primitive boxed.
-pub(crate) type Entry = fn(AttentionArgs) -> Box<dyn Any>;
-
-static REGISTRY: RwLock<Vec<(TypeId, Entry)>> = RwLock::new(Vec::new());
+static REGISTRY: Registry<AttentionArgs> = Registry::new();
 
 /// The implementation registered for the backend with this `TypeId`, if any.
-pub(crate) fn lookup(backend: TypeId) -> Option<Entry> {
-    REGISTRY
-        .read()
-        .unwrap()
-        .iter()
-        .find(|(id, _)| *id == backend)
-        .map(|(_, entry)| *entry)
-}
-
-/// The state of `device`, registering `Frugal<B>`'s attention first if it is not yet.
-#[inline]
-pub(crate) fn device_state<B: Backend, D: DeviceOps + 'static>(device: &D) -> &'static DeviceState {
-    announce::<B>();
-    DeviceState::of_device(device)
+pub(crate) fn lookup(backend: TypeId) -> Option<Entry<AttentionArgs>> {
+    REGISTRY.lookup(backend)
 }
 
 /// Registers `Frugal<B>` and `Autodiff<Frugal<B>, C>` (both strategies) once.
-fn announce<B: Backend>() {
-    let id = TypeId::of::<Frugal<B>>();
-    if REGISTRY
-        .read()
-        .unwrap()
-        .iter()
-        .any(|(known, _)| *known == id)
-    {
-        return;
-    }
-    let mut registry = REGISTRY.write().unwrap();
-    if registry.iter().any(|(known, _)| *known == id) {
-        return;
-    }
-    registry.push((id, inference::<B>));
-    registry.push((
-        TypeId::of::<Autodiff<Frugal<B>, NoCheckpointing>>(),
+#[inline]
+pub(crate) fn announce<B: Backend>() {
+    REGISTRY.announce::<B>(
+        inference::<B>,
         autodiff::<B, NoCheckpointing>,
-    ));
-    registry.push((
-        TypeId::of::<Autodiff<Frugal<B>, BalancedCheckpointing>>(),
         autodiff::<B, BalancedCheckpointing>,
-    ));
-}
-
-fn unbox<T: 'static>(value: Box<dyn Any>) -> T {
-    *value
-        .downcast::<T>()
-        .unwrap_or_else(|_| panic!("frugal: internal error: attention registered for another type"))
+    );
 }
 
 type Prim<B> = FloatTensor<Frugal<B>>;
@@ -236,7 +195,7 @@ fn forward_kernel<B: Backend>(
     bias: Option<&Prim<B>>,
     call: AttentionCall,
 ) -> Option<(Prim<B>, Prim<B>)> {
-    if !kernels::attention_may_launch::<B>() {
+    if !kernels::may_launch::<B>() {
         return None;
     }
     let held = hold::<B, _>([q, k, v]);

@@ -24,8 +24,10 @@ mod bool;
 pub(crate) mod convert;
 mod float;
 mod int;
+pub(crate) mod layer_norm;
 mod module;
 mod qtensor;
+pub(crate) mod registry;
 mod transaction;
 
 use crate::device::DeviceState;
@@ -589,7 +591,7 @@ macro_rules! state_of {
     (VQ $a:ident $($rest:tt)*) => { $crate::ops::state_of!(VF $a $($rest)*) };
     (TP $a:ident $($rest:tt)*) => { $crate::ops::convert::primitive_state::<B>(&$a) };
     // A device argument: also where `Frugal<B>` registers its attention (`attention.rs`).
-    (D $a:ident $($rest:tt)*) => { $crate::ops::attention::device_state::<B, _>($a) };
+    (D $a:ident $($rest:tt)*) => { $crate::ops::registry::device_state::<B, _>($a) };
     ($other:tt $a:ident $($rest:tt)*) => { $crate::ops::state_of!($($rest)*) };
 }
 pub(crate) use state_of;

@@ -1,8 +1,10 @@
 //! Training under `Autodiff<Frugal<B>>` gives the same losses and parameters, bit for bit, as
 //! under `Autodiff<B>`: 20 AdamW steps of a small GPT on NdArray, without a budget, under
-//! budgets enforced by recomputation or host offload, and with checkpointed blocks. With
-//! `fused_attention` (`frugal::nn::attention`, its block-wise path on NdArray) a budget changes
-//! no bit either, and the losses follow the written-out attention's within f32 rounding.
+//! budgets enforced by recomputation or host offload, and with checkpointed blocks (attention
+//! and layer norms written out, as Burn computes them). With the fused ops
+//! (`frugal::nn::attention`, its block-wise path on NdArray, and `frugal::nn::layer_norm`, one
+//! autodiff node) a budget or checkpointed blocks change no bit either, and the losses follow
+//! the written-out ones within f32 rounding.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{Module, ModuleVisitor, Param};
@@ -23,7 +25,8 @@ impl<B: Backend> ModuleVisitor<B> for Bits {
     }
 }
 
-/// Losses of 20 steps, and the final parameters as bits (attention written out).
+/// Losses of 20 steps, and the final parameters as bits (attention and layer norms written
+/// out).
 fn train<B: AutodiffBackend>(
     checkpoint_blocks: bool,
     after_phase: impl FnMut(&B::Device),
@@ -31,16 +34,19 @@ fn train<B: AutodiffBackend>(
     train_with::<B>(false, checkpoint_blocks, after_phase)
 }
 
-/// As [`train`], with attention through `frugal::nn::attention` if `fused_attention`.
+/// As [`train`], with attention and layer norms through `frugal::nn::attention` and
+/// `frugal::nn::layer_norm` if `fused`.
 fn train_with<B: AutodiffBackend>(
-    fused_attention: bool,
+    fused: bool,
     checkpoint_blocks: bool,
     mut after_phase: impl FnMut(&B::Device),
 ) -> (Vec<u32>, Vec<u32>) {
     let device = B::Device::default();
     B::seed(&device, 42);
     let (batch, seq) = (4, 32);
-    let config = GptConfig::new(BYTE_VOCAB, seq, 32, 4, 2).with_fused_attention(fused_attention);
+    let config = GptConfig::new(BYTE_VOCAB, seq, 32, 4, 2)
+        .with_fused_attention(fused)
+        .with_fused_norm(fused);
     let corpus = Corpus::generated(20_000, 1);
     let mut model: Gpt<B> = config.init::<B>(&device);
     let mut optim = train::optimizer::<B>(train::OptimizerKind::AdamW);
@@ -95,7 +101,7 @@ fn budgeted(
     budgeted_with(false, fraction, mode, checkpoint_blocks)
 }
 
-/// As [`budgeted`], with attention through `frugal::nn::attention` if `fused_attention`.
+/// As [`budgeted`], with the fused attention and layer norms if `fused_attention`.
 fn budgeted_with(
     fused_attention: bool,
     fraction: (u64, u64),
@@ -193,6 +199,14 @@ fn fused_attention_under_a_third_of_the_peak_changes_no_bit() {
 }
 
 #[test]
+fn fused_ops_with_checkpointed_blocks_change_no_bit() {
+    let _serial = crate::serial();
+    let free = train_with::<Managed>(true, false, |_| {});
+    let scoped = train_with::<Managed>(true, true, |_| {});
+    assert_eq!(free, scoped);
+}
+
+#[test]
 fn fused_attention_follows_the_written_out_losses() {
     let _serial = crate::serial();
     let (written, _) = reference();
@@ -201,7 +215,8 @@ fn fused_attention_follows_the_written_out_losses() {
         written.iter().map(|b| f32::from_bits(*b)).collect(),
         fused.iter().map(|b| f32::from_bits(*b)).collect(),
     );
-    // The block-wise softmax sums in another order: the losses differ by rounding only.
+    // The block-wise softmax and the layer norm node sum in another order: the losses differ
+    // by rounding only.
     for (step, (w, f)) in written.iter().zip(&fused).enumerate() {
         assert!(
             (w - f).abs() <= 1e-4 * w.abs(),
