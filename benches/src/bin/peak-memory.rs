@@ -166,6 +166,10 @@ struct Args {
     /// for the budget to evict by score (`frugal::Policy::scope_keeps_products`).
     #[arg(long)]
     scopes_keep_products: bool,
+    /// Under autocast, cast weights and saved activations again in backward instead of
+    /// keeping forward's casts (`frugal::AutocastPolicy::with_kept_casts` off).
+    #[arg(long)]
+    recast: bool,
     /// Under a budget, never score tensors by the learned step's predicted reads (`frugal::Policy::planned`
     /// off): the budget evicts by staleness alone, as before plans existed.
     #[arg(long)]
@@ -342,6 +346,8 @@ struct Line {
     /// `--kernels` and how many casts Frugal's own kernel ran (all steps; 0 for plain Burn).
     kernels: String,
     kernel_casts: u64,
+    /// Autocast's casts found kept rather than made again (`--recast` off), all steps.
+    kept_casts_reused: u64,
     /// Whether attention went through `frugal::nn::attention` (`--attention fused`).
     fused_attention: bool,
     /// Forward and backward passes of Frugal's flash-attention kernels in this run.
@@ -931,6 +937,7 @@ fn run<A: AutodiffBackend>(
         allocator_trace(&device, path, true);
     }
     let kernels_before = frugal::kernels::stats();
+    let kept_casts_before = frugal::precision::kept_casts_reused(&device);
     let shape = args.shape();
     let gpt = GptConfig::new(
         args.vocab,
@@ -943,6 +950,7 @@ fn run<A: AutodiffBackend>(
     .with_fused_norm(args.norm == NormKind::Fused);
     let mut settings = config.memory_settings(budget, args.scopes_keep_products);
     settings.no_plan = args.no_plan;
+    settings.recast = args.recast;
     settings.no_segments = !args.cuts_segments();
     let checkpoint_blocks = settings.checkpoint_blocks;
     let _settings = settings
@@ -1157,6 +1165,7 @@ fn run<A: AutodiffBackend>(
         losses,
         kernels: format!("{:?}", args.kernels).to_lowercase(),
         kernel_casts: frugal::kernels::stats().casts - kernels_before.casts,
+        kept_casts_reused: frugal::precision::kept_casts_reused(&device) - kept_casts_before,
         fused_attention: args.fused_attention(),
         attention_kernel_passes: frugal::kernels::stats().attention_forwards
             + frugal::kernels::stats().attention_backwards

@@ -64,6 +64,12 @@ pub fn autocast<D: DeviceOps + 'static>(device: &D) -> Option<AutocastPolicy> {
     DeviceState::of_device(device).autocast.get()
 }
 
+/// How many of autocast's casts on `device` were found kept rather than made again (see
+/// [`AutocastPolicy::with_kept_casts`]), since the process started.
+pub fn kept_casts_reused<D: DeviceOps + 'static>(device: &D) -> u64 {
+    DeviceState::of_device(device).autocast.kept_casts_reused()
+}
+
 /// `Ok` if `B` computes in `dtype` on `device`, else the error naming what it supports.
 pub(crate) fn check_supported<B: Backend>(
     device: &B::Device,

@@ -423,6 +423,11 @@ pub struct TrainArgs {
     /// are still cast to f32 before AdamW.
     #[arg(long, help_heading = PRECISION)]
     pub low_outputs: bool,
+    /// With --precision bf16|f16: cast weights and saved activations again in backward
+    /// instead of keeping forward's casts (frugal's AutocastPolicy::with_kept_casts off): less
+    /// memory, more casts.
+    #[arg(long, help_heading = PRECISION)]
+    pub recast: bool,
     /// Dynamic loss scaling (`frugal::GradScaler`, PyTorch's defaults: scale 65536, doubled
     /// after 2,000 clean steps, halved and the step skipped when a gradient is inf or NaN).
     /// Meant for f16 training; in f32 the power-of-two scale gives the same losses. Its state
@@ -639,6 +644,7 @@ impl TrainArgs {
             checkpoint_blocks: self.checkpoint_blocks,
             autocast: self.precision.low(),
             low_outputs: self.low_outputs,
+            recast: self.recast,
             storage: self.store.low(),
             scope_keeps_products: false,
             no_plan: false,

@@ -29,6 +29,9 @@ pub struct MemorySettings {
     pub autocast: Option<LowPrecision>,
     /// With autocast, products stay in the low type instead of coming back as f32.
     pub low_outputs: bool,
+    /// With autocast, cast weights and saved activations again in backward rather than keep
+    /// forward's casts ([`AutocastPolicy::with_kept_casts`] off: less memory, more casts).
+    pub recast: bool,
     /// The type the budget may keep evicted f32 tensors in on the device (`None`: no
     /// compression).
     pub storage: Option<LowPrecision>,
@@ -80,8 +83,11 @@ impl MemorySettings {
 
     /// The autocast policy these settings ask for, if any.
     pub fn autocast_policy(&self) -> Option<AutocastPolicy> {
-        self.autocast
-            .map(|low| AutocastPolicy::new(low).with_low_outputs(self.low_outputs))
+        self.autocast.map(|low| {
+            AutocastPolicy::new(low)
+                .with_low_outputs(self.low_outputs)
+                .with_kept_casts(!self.recast)
+        })
     }
 
     /// Sets the policy, budget, autocast and storage type of `device` (of backend `B`, or of a
@@ -137,6 +143,7 @@ mod tests {
             checkpoint_blocks: true,
             autocast: Some(LowPrecision::BF16),
             low_outputs: true,
+            recast: true,
             storage: Some(LowPrecision::F16),
             growth_limit: Some(4 << 20),
         };
@@ -150,6 +157,7 @@ mod tests {
             frugal::precision::autocast(&device),
             settings.autocast_policy()
         );
+        assert!(!frugal::precision::autocast(&device).unwrap().kept_casts());
         assert_eq!(memory::storage_precision(&device), Some(LowPrecision::F16));
         drop(applied);
         assert_eq!(memory::budget(&device), None);

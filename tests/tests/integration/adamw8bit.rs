@@ -349,3 +349,32 @@ fn full_precision_gives_burn_optims_adamw_bits_in_one_launch_per_parameter() {
     assert_eq!(state, 8 * values);
     assert_eq!(fused_state, state);
 }
+
+#[test]
+fn casts_kept_by_autocast_are_dropped_when_the_kernel_updates_a_parameter_in_place() {
+    use frugal::precision::{self, AutocastPolicy, LowPrecision};
+    let _serial = crate::serial();
+    let _reset = Reset;
+    type B = Autodiff<Frugal<Wgpu>>;
+    let device = burn::backend::wgpu::WgpuDevice::default();
+    let init = mlp::<B>(&device);
+    param_bits(&init);
+    let run = |keep: bool| {
+        let policy = AutocastPolicy::new(LowPrecision::F16).with_kept_casts(keep);
+        frugal::set_autocast::<Wgpu>(&device, Some(policy)).unwrap();
+        let fused = AdamW8bitConfig::full_precision().init::<B, Mlp<B>>();
+        let launches = kernels::stats().adamw_launches;
+        let out = train_with(init.clone(), 4, fused);
+        frugal::set_autocast::<Wgpu>(&device, None).unwrap();
+        (out, kernels::stats().adamw_launches - launches)
+    };
+    let reused = precision::kept_casts_reused(&device);
+    let ((losses, bits, _), launches) = run(true);
+    let reused = precision::kept_casts_reused(&device) - reused;
+    let ((plain_losses, plain_bits, _), _) = run(false);
+    assert_eq!(launches, 4 * 4, "the kernel updated every parameter");
+    assert!(reused > 0, "backward found no kept cast");
+    // A weight's cast kept past its update would make the later steps' losses differ.
+    assert_eq!(losses, plain_losses);
+    assert!(bits == plain_bits, "parameters differ");
+}

@@ -2,7 +2,7 @@
 //! per op), and the plan of casts for one call. Owns no device state; imports `op`, `units`.
 //! What autocast does and how to switch it on: [`crate::precision`].
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 use burn_backend::DType;
 
@@ -18,6 +18,7 @@ pub struct AutocastPolicy {
     low: LowPrecision,
     by_op: Vec<OpPrecision>,
     keep_low_outputs: bool,
+    keep_casts: bool,
 }
 
 /// A refused autocast setting.
@@ -78,7 +79,24 @@ impl AutocastPolicy {
             low,
             by_op,
             keep_low_outputs: false,
+            keep_casts: true,
         }
+    }
+
+    /// With `true` (the default), a cast autocast makes of a whole buffer to the low type is
+    /// kept while that buffer lives, and used again instead of casting again: backward reads
+    /// the weights and the saved activations that forward cast, as PyTorch's autocast keeps
+    /// its weight casts. It costs memory: each such buffer's low copy (half an f32 buffer)
+    /// lives as long as the buffer (until a parameter is updated, an activation is freed).
+    /// Tensors managed by a budget or a checkpoint scope never keep casts.
+    pub fn with_kept_casts(mut self, keep_casts: bool) -> Self {
+        self.keep_casts = keep_casts;
+        self
+    }
+
+    /// Whether casts to the low type are kept (see [`Self::with_kept_casts`]).
+    pub fn kept_casts(&self) -> bool {
+        self.keep_casts
     }
 
     /// With `true`, `Low` ops return their result in the low type, as PyTorch's autocast does
@@ -140,6 +158,8 @@ pub(crate) struct PrecisionTable {
     by_op: Box<[AtomicU8]>,
     low: AtomicU8,
     low_outputs: AtomicBool,
+    keep_casts: AtomicBool,
+    kept_cast_reuses: AtomicU64,
 }
 
 impl Default for PrecisionTable {
@@ -148,6 +168,8 @@ impl Default for PrecisionTable {
             by_op: (0..OP_COUNT).map(|_| AtomicU8::new(KEEP)).collect(),
             low: AtomicU8::new(KEEP),
             low_outputs: AtomicBool::new(false),
+            keep_casts: AtomicBool::new(false),
+            kept_cast_reuses: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +183,7 @@ impl PrecisionTable {
 
     pub(crate) fn set(&self, policy: Option<&AutocastPolicy>) {
         let Some(policy) = policy else {
+            self.keep_casts.store(false, Relaxed);
             self.low.store(KEEP, Relaxed);
             self.by_op.iter().for_each(|c| c.store(KEEP, Relaxed));
             return;
@@ -171,6 +194,7 @@ impl PrecisionTable {
         };
         self.low.store(low, Relaxed);
         self.low_outputs.store(policy.keep_low_outputs, Relaxed);
+        self.keep_casts.store(policy.keep_casts, Relaxed);
         for (index, (code, precision)) in self.by_op.iter().zip(&policy.by_op).enumerate() {
             code.store(
                 match precision {
@@ -210,7 +234,26 @@ impl PrecisionTable {
             low,
             by_op,
             keep_low_outputs: self.low_outputs.load(Relaxed),
+            keep_casts: self.keep_casts.load(Relaxed),
         })
+    }
+
+    /// Whether autocast keeps its casts to the low type (see
+    /// [`AutocastPolicy::with_kept_casts`]).
+    #[inline]
+    pub(crate) fn keeps_casts(&self) -> bool {
+        self.keep_casts.load(Relaxed)
+    }
+
+    /// Counts a kept cast used instead of casting again.
+    #[inline]
+    pub(crate) fn note_kept_cast_reused(&self) {
+        self.kept_cast_reuses.fetch_add(1, Relaxed);
+    }
+
+    /// How many casts were saved by kept ones since the process started.
+    pub(crate) fn kept_casts_reused(&self) -> u64 {
+        self.kept_cast_reuses.load(Relaxed)
     }
 }
 

@@ -7,11 +7,11 @@
 //! once per device), so tensors point at theirs with a plain `&'static` and no reference
 //! count.
 
-use std::any::TypeId;
-use std::sync::RwLock;
+use std::any::{Any, TypeId};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, RwLock};
 
-use burn_backend::{DeviceId, DeviceOps, TensorMetadata};
+use burn_backend::{DType, DeviceId, DeviceOps, TensorMetadata};
 
 use crate::autocast::PrecisionTable;
 use crate::engine::Budget;
@@ -135,6 +135,7 @@ impl DeviceState {
             seq: charge.seq,
             role: AtomicU8::new(charge.role as u8),
             plan_owner: AtomicU64::new(NO_OWNER),
+            narrow_cast: Mutex::new(None),
         }
     }
 
@@ -221,6 +222,11 @@ pub(crate) struct Storage {
     /// views and same-device moves made later share it, and the step plan counts its bytes
     /// once, held until the last read of any of them.
     pub(crate) plan_owner: AtomicU64,
+    /// Autocast's cast of the whole buffer to a narrower float type, kept while the buffer
+    /// lives so that backward does not cast a saved weight or activation again (PyTorch's
+    /// autocast keeps its weight casts for the same reason). Dropped with the buffer, and by
+    /// [`Storage::forget_cast`] when a kernel writes the buffer in place.
+    narrow_cast: Mutex<Option<(DType, Box<dyn Any + Send + Sync>)>>,
 }
 
 /// [`Storage::plan_owner`] before a managed tensor is made on it.
@@ -236,6 +242,36 @@ impl Storage {
     pub(crate) fn set_role(&self, role: Role) {
         let before = Role::from_index(self.role.swap(role as u8, Relaxed));
         self.state.ledger.move_role(self.bytes, before, role);
+    }
+
+    /// The kept cast of the buffer to `dtype`, if autocast made one.
+    pub(crate) fn kept_cast<T: Clone + 'static>(&self, dtype: DType) -> Option<T> {
+        let kept = self.narrow_cast.lock().unwrap_or_else(|e| e.into_inner());
+        match &*kept {
+            Some((kept_dtype, cast)) if *kept_dtype == dtype => cast.downcast_ref::<T>().cloned(),
+            _ => None,
+        }
+    }
+
+    /// Keeps `cast`, the buffer cast to `dtype` (replacing a cast to another type).
+    pub(crate) fn keep_cast<T: Send + Sync + 'static>(&self, dtype: DType, cast: T) {
+        let previous = self
+            .narrow_cast
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace((dtype, Box::new(cast)));
+        // Dropping a tensor credits the ledger: not under the lock.
+        drop(previous);
+    }
+
+    /// Drops the kept cast: the buffer's contents changed in place.
+    pub(crate) fn forget_cast(&self) {
+        let previous = self
+            .narrow_cast
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(previous);
     }
 }
 

@@ -6,6 +6,8 @@ use burn_backend::{
     ops::{MaxPool1dBackward, MaxPool1dWithIndices, MaxPool2dBackward, MaxPool2dWithIndices},
     quantization::QuantizationParametersPrimitive,
 };
+use std::sync::Arc;
+
 use burn_std::FloatDType;
 
 use crate::backend::Frugal;
@@ -121,17 +123,39 @@ pub(crate) fn track_deform_conv2d_backward<B: Backend>(
 }
 
 /// `tensor` cast to `dtype` through Frugal's own `float_cast` (charged and recorded like any
-/// op), or unchanged if it already has that type.
+/// op), or unchanged if it already has that type. A narrowing cast of a whole buffer held
+/// directly is kept with the buffer while autocast keeps casts, and found there next time
+/// (see [`crate::AutocastPolicy::with_kept_casts`]).
 #[inline]
 pub(crate) fn cast_to<B: Backend>(
     tensor: burn_backend::tensor::FloatTensor<Frugal<B>>,
     dtype: DType,
 ) -> burn_backend::tensor::FloatTensor<Frugal<B>> {
-    if tensor.dtype() == dtype {
+    let from = tensor.dtype();
+    if from == dtype {
         return tensor;
     }
-    <Frugal<B> as burn_backend::ops::FloatTensorOps<Frugal<B>>>::float_cast(
+    let keeper = (dtype.size() < from.size())
+        .then(|| tensor.whole_plain_storage())
+        .flatten()
+        .filter(|storage| storage.state.autocast.keeps_casts())
+        .cloned();
+    if let Some(storage) = &keeper
+        && let Some(cast) = storage.kept_cast::<FrugalTensor<B::FloatTensorPrimitive>>(dtype)
+    {
+        storage.state.autocast.note_kept_cast_reused();
+        return cast;
+    }
+    let cast = <Frugal<B> as burn_backend::ops::FloatTensorOps<Frugal<B>>>::float_cast(
         tensor,
         FloatDType::from(dtype),
-    )
+    );
+    // Only a buffer someone else still holds may be read again.
+    if let Some(storage) = keeper
+        && Arc::strong_count(&storage) > 1
+        && cast.whole_plain_storage().is_some()
+    {
+        storage.keep_cast(dtype, cast.clone());
+    }
+    cast
 }

@@ -787,7 +787,7 @@ macro_rules! forward_ops {
                     state.count_call(id);
                     if !state.managing() {
                         let (inner, storage) = $vt.split_view();
-                        return $crate::tensor::FrugalTensor::plain(B::$vname(inner $(, $varg)*), storage);
+                        return $crate::tensor::FrugalTensor::plain_view(B::$vname(inner $(, $varg)*), storage, true);
                     }
                     let (inner, storage, source) = $vt.split_view_source();
                     $(let $varg = $crate::ops::managed_arg!($vkind, $varg);)*
@@ -835,6 +835,7 @@ macro_rules! to_device {
                 // result shares the input's charge rather than counting the buffer twice. It
                 // gets a cell of its own without a recipe, as a new tensor would, so that a
                 // moment does not keep the history it was computed from.
+                let view = tensor.is_plain_view();
                 let (inner, storage) = tensor.split_view();
                 let out = B::$name(inner, device);
                 return if target.managing() {
@@ -842,7 +843,7 @@ macro_rules! to_device {
                         out, storage, id,
                     )
                 } else {
-                    $crate::tensor::FrugalTensor::plain(out, storage)
+                    $crate::tensor::FrugalTensor::plain_view(out, storage, view)
                 };
             }
             let (inner, keep) = tensor.split();

@@ -368,6 +368,10 @@ fn kept<P: TensorMetadata>(
     tensor: &P,
     op: OpId,
 ) -> Arc<Storage> {
+    if let (Some(record), false) = (&record, copied) {
+        // The buffer changed under its record: a cast autocast kept of it is stale.
+        record.forget_cast();
+    }
     match record {
         Some(record) if !copied && Arc::strong_count(&record) == 1 => record,
         _ => Arc::new(state.charge(tensor, op)),

@@ -229,6 +229,8 @@ mod cube {
                     // A widened gradient is a new buffer: charged as the cast it is, and the
                     // 16-bit one's record is dropped with it.
                     let storage = if inner.dtype() == dtype {
+                        // Scaled in place: a cast autocast kept of the buffer is stale.
+                        storage.forget_cast();
                         storage
                     } else {
                         let cast = float::op(float::Op::float_cast);

@@ -24,8 +24,13 @@ pub struct FrugalTensor<P: 'static> {
 
 #[derive(Clone)]
 pub(crate) enum Repr<P: 'static> {
-    /// Held directly, as when no budget is set: no lock, no indirection.
-    Plain { inner: P, storage: Arc<Storage> },
+    /// Held directly, as when no budget is set: no lock, no indirection. `view`: made by a
+    /// view op, so possibly another layout of the buffer than the op that made it wrote.
+    Plain {
+        inner: P,
+        storage: Arc<Storage>,
+        view: bool,
+    },
     /// Held through a cell (see [`crate::remat`]).
     Managed(Arc<Handle<P>>),
 }
@@ -50,7 +55,24 @@ impl<P: TensorMetadata + 'static> FrugalTensor<P> {
     #[inline]
     pub(crate) fn plain(inner: P, storage: Arc<Storage>) -> Self {
         Self {
-            repr: Repr::Plain { inner, storage },
+            repr: Repr::Plain {
+                inner,
+                storage,
+                view: false,
+            },
+        }
+    }
+
+    /// A plain tensor made by a view op over `storage`, or by a move that kept `view`'s
+    /// layout.
+    #[inline]
+    pub(crate) fn plain_view(inner: P, storage: Arc<Storage>, view: bool) -> Self {
+        Self {
+            repr: Repr::Plain {
+                inner,
+                storage,
+                view,
+            },
         }
     }
 
@@ -107,6 +129,26 @@ impl<P: Clone + 'static> FrugalTensor<P> {
                 PrimRef::Owned(handle.cell.get())
             }
         }
+    }
+
+    /// The record of the whole buffer when the tensor is held directly and is that buffer as
+    /// the op that made it wrote it (not a view): what a kept cast belongs to.
+    #[inline]
+    pub(crate) fn whole_plain_storage(&self) -> Option<&Arc<Storage>> {
+        match &self.repr {
+            Repr::Plain {
+                storage,
+                view: false,
+                ..
+            } => Some(storage),
+            _ => None,
+        }
+    }
+
+    /// Whether the tensor is a view held directly (see [`Self::plain_view`]).
+    #[inline]
+    pub(crate) fn is_plain_view(&self) -> bool {
+        matches!(self.repr, Repr::Plain { view: true, .. })
     }
 
     /// Whether the tensor is held directly (no budget or scope manages it, so it has no
@@ -182,7 +224,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
     #[inline]
     pub(crate) fn split(self) -> (P, Option<Arc<Storage>>) {
         match self.repr {
-            Repr::Plain { inner, storage } => (inner, Some(storage)),
+            Repr::Plain { inner, storage, .. } => (inner, Some(storage)),
             Repr::Managed(handle) => match Arc::try_unwrap(handle) {
                 Ok(handle) => handle.cell.consume(),
                 Err(handle) => {
@@ -196,7 +238,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
     /// As [`Self::split`], for a view op: the storage record is the output's.
     pub(crate) fn split_view(self) -> (P, Arc<Storage>) {
         match self.repr {
-            Repr::Plain { inner, storage } => (inner, storage),
+            Repr::Plain { inner, storage, .. } => (inner, storage),
             Repr::Managed(handle) => {
                 let (inner, storage) = handle.cell.get_with_storage();
                 (inner, storage)
@@ -207,7 +249,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
     /// As [`Self::split`], also returning the input as a recipe will read it.
     pub(crate) fn split_source(self) -> (P, Option<Arc<Storage>>, Source<P>) {
         match self.repr {
-            Repr::Plain { inner, storage } => {
+            Repr::Plain { inner, storage, .. } => {
                 // The op may reuse a buffer nobody else holds; keeping a copy for a recipe
                 // would force it to allocate, so such an output is not recomputable.
                 let source = if Arc::strong_count(&storage) == 1 {
@@ -234,7 +276,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
     /// For a view op under management: the input, its storage (the output's too) and source.
     pub(crate) fn split_view_source(self) -> (P, Arc<Storage>, Source<P>) {
         match self.repr {
-            Repr::Plain { inner, storage } => {
+            Repr::Plain { inner, storage, .. } => {
                 let source = Source::Kept(inner.clone(), storage.clone());
                 (inner, storage, source)
             }
@@ -249,7 +291,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
     /// The input as a recipe reads it, for an op that takes it by reference.
     pub(crate) fn source(&self) -> Source<P> {
         match &self.repr {
-            Repr::Plain { inner, storage } => Source::Kept(inner.clone(), storage.clone()),
+            Repr::Plain { inner, storage, .. } => Source::Kept(inner.clone(), storage.clone()),
             Repr::Managed(handle) => Source::Cell(handle.cell.clone()),
         }
     }

@@ -295,12 +295,81 @@ fn casts_are_charged_and_counted() {
             .2
     };
     let a = Tensor::<F, 2>::random([64, 64], Distribution::Default, &device);
+    let b = Tensor::<F, 2>::random([64, 64], Distribution::Default, &device);
     let before = count();
     let _off = on(LowPrecision::F16);
-    let y = a.clone().matmul(a);
+    let y = a.matmul(b);
     assert_eq!(y.dtype(), DType::F32);
     // Two input casts and one output cast go through Frugal's own float_cast.
     assert_eq!(count() - before, 3);
+}
+
+fn float_casts() -> u64 {
+    frugal::ops::call_counts()
+        .into_iter()
+        .find(|(_, name, _)| *name == "float_cast")
+        .unwrap()
+        .2
+}
+
+/// A linear layer's step under autocast with casts kept or not: the loss, the gradients'
+/// bits, and the casts it ran.
+fn linear_step(keep: bool, x: &TensorData, w: &TensorData) -> (Vec<u32>, Vec<u32>, Vec<u32>, u64) {
+    use burn::tensor::module::linear;
+    type G = Autodiff<F>;
+    let device = Default::default();
+    let policy = AutocastPolicy::new(LowPrecision::BF16).with_kept_casts(keep);
+    set_autocast::<Flex>(&device, Some(policy)).unwrap();
+    let _off = Off;
+    let before = float_casts();
+    let xg = Tensor::<G, 2>::from_data(x.clone(), &device).require_grad();
+    let wg = Tensor::<G, 2>::from_data(w.clone(), &device).require_grad();
+    // The weight read twice forward (the second time as a view of the same buffer), then by
+    // both products' backward.
+    let y = linear(xg.clone(), wg.clone(), None) + xg.clone().matmul(wg.clone().transpose());
+    let loss = y.tanh().sum();
+    let grads = loss.backward();
+    let (gx, gw) = (xg.grad(&grads).unwrap(), wg.grad(&grads).unwrap());
+    let casts = float_casts() - before;
+    (
+        bits(loss.into_data()),
+        bits(gx.into_data()),
+        bits(gw.into_data()),
+        casts,
+    )
+}
+
+#[test]
+fn kept_casts_serve_backward_and_change_no_bit() {
+    let _turn = crate::serial();
+    let device: burn::backend::flex::FlexDevice = Default::default();
+    // A square weight: its transpose is a view of the same buffer with the same shape, which
+    // must not be served the untransposed cast.
+    let (x, w) = (data([9, 12], 51), data([12, 12], 52));
+    let reused_before = precision::kept_casts_reused(&device);
+    let (loss, gx, gw, casts) = linear_step(true, &x, &w);
+    let reused = precision::kept_casts_reused(&device) - reused_before;
+    let (loss_plain, gx_plain, gw_plain, casts_plain) = linear_step(false, &x, &w);
+    assert_eq!(loss, loss_plain);
+    assert_eq!(gx, gx_plain);
+    assert_eq!(gw, gw_plain);
+    assert!(reused > 0, "no kept cast was used");
+    assert_eq!(casts + reused, casts_plain, "each reuse saves one cast");
+
+    // The reference: the same step with every cast written out under Autodiff<Flex>.
+    type A = Autodiff<Flex>;
+    let xr = Tensor::<A, 2>::from_data(x, &device).require_grad();
+    let wr = Tensor::<A, 2>::from_data(w, &device).require_grad();
+    // Each product casts its own inputs, so each branch's gradient comes back f32 before
+    // autodiff adds them, as under autocast.
+    let low = |t: &Tensor<A, 2>| t.clone().cast(DType::BF16);
+    let y = burn::tensor::module::linear(low(&xr), low(&wr), None).cast(DType::F32)
+        + low(&xr).matmul(low(&wr).transpose()).cast(DType::F32);
+    let loss_ref = y.tanh().sum();
+    let grads = loss_ref.backward();
+    assert_eq!(loss, bits(loss_ref.into_data()));
+    assert_eq!(gx, bits(xr.grad(&grads).unwrap().into_data()));
+    assert_eq!(gw, bits(wr.grad(&grads).unwrap().into_data()));
 }
 
 #[test]
