@@ -41,20 +41,10 @@ use frugal_benches::median;
 use gpt::GptConfig;
 use gpt::cli::{AttentionKind, DeviceKind, ModelPreset, ModelShape, NormKind};
 use gpt::data::random_tokens;
+// The devices this build runs on: gpt's, whose features this package's turn on.
+use gpt::run::BUILT;
 use gpt::train::{self, Phase};
 use serde::Serialize;
-
-/// The devices this build of peak-memory runs on.
-const BUILT: &[DeviceKind] = &[
-    DeviceKind::Cpu,
-    DeviceKind::Flex,
-    #[cfg(feature = "wgpu")]
-    DeviceKind::Wgpu,
-    #[cfg(feature = "cuda")]
-    DeviceKind::Cuda,
-    #[cfg(feature = "frugal-cuda")]
-    DeviceKind::FrugalCuda,
-];
 
 /// Peak memory and speed of the reference GPT step under named configurations.
 #[derive(Parser, Debug, Clone)]

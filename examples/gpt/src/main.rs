@@ -4,47 +4,14 @@
 //! (built with `--features cuda`) runs the same code on a GPU.
 
 use clap::Parser;
-use gpt::run::{DeviceKind, TrainArgs, train};
-
-/// The devices this build of `gpt` runs on.
-const BUILT: &[DeviceKind] = &[
-    DeviceKind::Cpu,
-    DeviceKind::Flex,
-    #[cfg(feature = "wgpu")]
-    DeviceKind::Wgpu,
-    #[cfg(feature = "cuda")]
-    DeviceKind::Cuda,
-    #[cfg(feature = "frugal-cuda")]
-    DeviceKind::FrugalCuda,
-];
+use gpt::run::{TrainArgs, train_on_device};
 
 fn main() {
     // Warnings a user cannot act on (a dependency's) stay hidden unless RUST_LOG asks, e.g.
     // `RUST_LOG=frugal=debug,frugal_cuda=debug` for the budget's and allocator's decisions.
     gpt::logging::init();
     let args = TrainArgs::parse();
-    let result = match args.device {
-        DeviceKind::Cpu => train::<burn::backend::NdArray>(&args, Default::default()),
-        DeviceKind::Flex => train::<burn::backend::Flex>(&args, Default::default()),
-        #[cfg(feature = "wgpu")]
-        DeviceKind::Wgpu => train::<burn::backend::Wgpu>(&args, Default::default()),
-        #[cfg(feature = "cuda")]
-        DeviceKind::Cuda => train::<burn::backend::Cuda>(&args, Default::default()),
-        #[cfg(feature = "frugal-cuda")]
-        DeviceKind::FrugalCuda => frugal_cuda::check_device(&Default::default())
-            .map_err(|e| e.to_string())
-            .and_then(|()| match args.memory_cap {
-                Some(cap) => frugal_cuda::set_memory_cap(&Default::default(), Some(cap))
-                    .map_err(|e| format!("--memory-cap {cap}: {e}")),
-                None => Ok(()),
-            })
-            .and_then(|()| match args.fuses() {
-                true => train::<frugal_cuda::FrugalCuda>(&args, Default::default()),
-                false => train::<frugal_cuda::FrugalCudaUnfused>(&args, Default::default()),
-            }),
-        #[allow(unreachable_patterns)]
-        other => Err(other.refused("gpt", BUILT)),
-    };
+    let result = train_on_device(&args);
     if let Err(message) = result {
         if let Some(restart) = gpt::run::take_restart() {
             eprintln!("{message}");

@@ -36,6 +36,46 @@ pub fn train<B: Backend>(args: &TrainArgs, device: B::Device) -> Result<Vec<Step
     train_observed::<B>(args, device, |_, _| {})
 }
 
+/// The devices this build of the `gpt` example runs on (its build features decide).
+pub const BUILT: &[DeviceKind] = &[
+    DeviceKind::Cpu,
+    DeviceKind::Flex,
+    #[cfg(feature = "wgpu")]
+    DeviceKind::Wgpu,
+    #[cfg(feature = "cuda")]
+    DeviceKind::Cuda,
+    #[cfg(feature = "frugal-cuda")]
+    DeviceKind::FrugalCuda,
+];
+
+/// Runs training on the device `args.device` names, with its default device: what the `gpt`
+/// binary does. The concrete backends are chosen here rather than in the binary so that the
+/// binary, the tests and the benches link one build of each training stack.
+pub fn train_on_device(args: &TrainArgs) -> Result<Vec<StepLog>, String> {
+    match args.device {
+        DeviceKind::Cpu => train::<burn::backend::NdArray>(args, Default::default()),
+        DeviceKind::Flex => train::<burn::backend::Flex>(args, Default::default()),
+        #[cfg(feature = "wgpu")]
+        DeviceKind::Wgpu => train::<burn::backend::Wgpu>(args, Default::default()),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => train::<burn::backend::Cuda>(args, Default::default()),
+        #[cfg(feature = "frugal-cuda")]
+        DeviceKind::FrugalCuda => frugal_cuda::check_device(&Default::default())
+            .map_err(|e| e.to_string())
+            .and_then(|()| match args.memory_cap {
+                Some(cap) => frugal_cuda::set_memory_cap(&Default::default(), Some(cap))
+                    .map_err(|e| format!("--memory-cap {cap}: {e}")),
+                None => Ok(()),
+            })
+            .and_then(|()| match args.fuses() {
+                true => train::<frugal_cuda::FrugalCuda>(args, Default::default()),
+                false => train::<frugal_cuda::FrugalCudaUnfused>(args, Default::default()),
+            }),
+        #[allow(unreachable_patterns)]
+        other => Err(other.refused("gpt", BUILT)),
+    }
+}
+
 /// Turns frugal-cuda's allocator trace on or off if `device` is a frugal-cuda device: on for
 /// the recorded step, memory_viz.pickle gets the allocator's own events with its segments.
 #[allow(unused_variables)]
