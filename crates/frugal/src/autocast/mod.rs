@@ -101,9 +101,14 @@ impl AutocastPolicy {
 
     /// With `true`, `Low` ops return their result in the low type, as PyTorch's autocast does
     /// (activations in bf16/f16: less memory and traffic), except the ops that produce a
-    /// parameter's gradient (`*_weight_backward`, `*_bias_backward`), which still return f32.
-    /// Gradients of parameters computed by other ops from 16-bit tensors may then be 16-bit:
-    /// [`crate::GradScaler::unscale`] returns every gradient in f32. Off by default.
+    /// parameter's gradient (`*_weight_backward`, `*_bias_backward`), which return the widest
+    /// type of their inputs (f32 where one is f32). Bias gradients (`*_bias_backward`, on the
+    /// f32 list otherwise) are then computed in the low type like the products they belong to:
+    /// a 16-bit output gradient is summed as it is (CubeCL's and Flex's reductions accumulate
+    /// in f32), not widened first. Gradients of parameters computed from 16-bit tensors only
+    /// may then be 16-bit: [`crate::GradScaler::unscale`] and
+    /// [`crate::precision::match_param_dtypes`] return them in their parameter's type. Off by
+    /// default.
     pub fn with_low_outputs(mut self, keep_low_outputs: bool) -> Self {
         self.keep_low_outputs = keep_low_outputs;
         self
@@ -196,17 +201,18 @@ impl PrecisionTable {
         self.low_outputs.store(policy.keep_low_outputs, Relaxed);
         self.keep_casts.store(policy.keep_casts, Relaxed);
         for (index, (code, precision)) in self.by_op.iter().zip(&policy.by_op).enumerate() {
+            let param_grad = OpId::from_index(index).facts().gives_param_grad;
             code.store(
                 match precision {
                     OpPrecision::Keep => KEEP,
                     OpPrecision::Promote => PROMOTE,
+                    // A bias's gradient is the sum of its product's 16-bit output gradient:
+                    // summed as it comes (the reductions accumulate in f32), as PyTorch's
+                    // autocast does inside the product's backward, rather than widened first,
+                    // which would copy the whole output gradient to f32 for one row of sums.
+                    OpPrecision::F32 if policy.keep_low_outputs && param_grad => low,
                     OpPrecision::F32 => F32,
-                    OpPrecision::Low
-                        if policy.keep_low_outputs
-                            && !OpId::from_index(index).facts().gives_param_grad =>
-                    {
-                        low_out
-                    }
+                    OpPrecision::Low if policy.keep_low_outputs && !param_grad => low_out,
                     OpPrecision::Low => low,
                 },
                 Relaxed,

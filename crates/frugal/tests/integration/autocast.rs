@@ -244,6 +244,56 @@ fn low_outputs_stay_low_and_parameter_gradients_come_back_f32() {
 }
 
 #[test]
+fn low_outputs_sum_a_bias_gradient_in_the_low_type_as_pytorch_does() {
+    use burn::tensor::module::linear;
+    let _turn = crate::serial();
+    let device = Default::default();
+    let (x, w, b) = (data([3, 10, 16], 33), data([16, 8], 34), data([8], 35));
+
+    // Reference: PyTorch's autocast written out under Autodiff<Flex>: the bias enters the
+    // product in bf16, so its gradient is the bf16 output gradient summed in bf16.
+    type A = Autodiff<Flex>;
+    let xr = Tensor::<A, 3>::from_data(x.clone(), &device).require_grad();
+    let wr = Tensor::<A, 2>::from_data(w.clone(), &device).require_grad();
+    let br = Tensor::<A, 1>::from_data(b.clone(), &device).require_grad();
+    let yr = linear(
+        xr.clone().cast(DType::BF16),
+        wr.clone().cast(DType::BF16),
+        Some(br.clone().cast(DType::BF16)),
+    );
+    let lr = yr.cast(DType::F32).tanh().sum();
+    let gr = lr.backward();
+    let gbr = br.grad(&gr).unwrap();
+
+    type G = Autodiff<F>;
+    set_autocast::<Flex>(
+        &device,
+        Some(AutocastPolicy::new(LowPrecision::BF16).with_low_outputs(true)),
+    )
+    .unwrap();
+    let _off = Off;
+    let xg = Tensor::<G, 3>::from_data(x, &device).require_grad();
+    let wg = Tensor::<G, 2>::from_data(w, &device).require_grad();
+    let bg = Tensor::<G, 1>::from_data(b, &device).require_grad();
+    let lg = linear(xg, wg, Some(bg.clone()))
+        .cast(DType::F32)
+        .tanh()
+        .sum();
+    let gg = lg.backward();
+    let gbg = bg.grad(&gg).unwrap();
+    assert_eq!(
+        gbg.dtype(),
+        DType::BF16,
+        "summed as it came, not widened first (match_param_dtypes widens it for the optimizer)"
+    );
+    assert_eq!(bits(lg.into_data()), bits(lr.into_data()));
+    assert_eq!(
+        bits(gbg.cast(DType::F32).into_data()),
+        bits(gbr.into_data())
+    );
+}
+
+#[test]
 fn match_param_dtypes_casts_gradients_to_their_parameters_type() {
     use burn::module::{Module, Param};
     use burn::optim::GradientsParams;
