@@ -5,13 +5,14 @@
 # reference run with memory taken mid-run. Staged in .gpu/: gpt.gz, peak-memory.gz,
 # torch_gpt.py, torch_best.py, torch_profile.py, and cubecl-cache.tgz if a call left one.
 # PM: peak-memory configurations (name:limit_s[:extra,args]); GPT: gpt runs (tag:limit_s:args,
-# args comma-separated, --device and --model included).
+# args comma-separated, --device and --model included). A PM name prefixed `before@` runs
+# peak-memory-before.gz (an earlier build staged beside the new one) for A/B pairs.
 set -u
 cd "$(dirname "$0")"
 export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
 mkdir -p ../target
 [ -f cubecl-cache.tgz ] && [ ! -d ../target/frugal-cuda-kernels ] && tar xzf cubecl-cache.tgz -C ../target
-for f in gpt peak-memory; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
+for f in gpt peak-memory peak-memory-before; do [ -f $f.gz ] && gunzip -kf $f.gz && chmod +x $f; done
 R=/tmp/prof; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $R/gpu.txt
 one() { # name limit command...
@@ -31,10 +32,11 @@ fi
 # uploaded at every launch, as cubecl-cuda does).
 for spec in ${PM-}; do
   IFS=: read -r name limit more <<< "$spec"; more=${more//,/ }
-  tag=${name//\//_}; cache=1
+  bin=./peak-memory; case $name in before@*) bin=./peak-memory-before; name=${name#before@} ;; esac
+  tag=${name//\//_}; cache=1; [ $bin = ./peak-memory-before ] && tag=before-$tag
   case " $more " in *" nocache "*) cache=0; tag=$tag-nocache; more=${more//nocache/} ;; esac
   n=2; base=$tag; while [ -e $R/pm-$tag.out ]; do tag=$base-$n; n=$((n + 1)); done
-  export FRUGAL_CUDA_METADATA_CACHE=$cache; one pm-$tag $limit ./peak-memory --device frugal-cuda --only $name --steps ${STEPS:-10} --warmup ${WARMUP:-4} --profile-kernels ${more:-}
+  export FRUGAL_CUDA_METADATA_CACHE=$cache; one pm-$tag $limit $bin --device frugal-cuda --only $name --steps ${STEPS:-10} --warmup ${WARMUP:-4} --profile-kernels ${more:-}
 done
 export FRUGAL_CUDA_METADATA_CACHE=1
 for spec in ${GPT-}; do
