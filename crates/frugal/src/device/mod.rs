@@ -180,7 +180,8 @@ impl DeviceState {
         self.budget.make_room(&self.ledger, op, largest_input);
     }
 
-    /// Makes room under the budget for a tensor of `bytes` about to be restored.
+    /// Makes room under the budget for a tensor of `bytes` about to be made (restored, or a
+    /// product's output).
     pub(crate) fn make_room_for(&self, bytes: u64) {
         self.budget.make_room_for(&self.ledger, bytes);
     }

@@ -760,17 +760,24 @@ macro_rules! forward_ops {
                     };
                     // A product's output may be larger than any input (a layer's up-projection,
                     // the logits): its size follows from the operands' shapes.
-                    let largest_input = if id.facts().product {
+                    let product_output = if id.facts().product {
                         #[allow(unused_mut)]
                         let mut operands = [None, None];
                         $($crate::ops::note_operand!($kind, $arg, operands);)*
-                        largest_input.max($crate::ops::product_output_bytes(id, &operands))
+                        $crate::ops::product_output_bytes(id, &operands)
                     } else {
-                        largest_input
+                        0
                     };
-                    // The inputs are resident and held: room for the output, whose size the
-                    // learned step knows, or else is guessed from the inputs.
-                    state.make_room(id, largest_input);
+                    // The inputs are resident and held: room for the output. A product's size
+                    // is known exactly; the learned step's size for the op it expects next may
+                    // be another call's of the same op (a restore chain runs out of the learned
+                    // order), so it serves only the other ops, whose size is else guessed from
+                    // their inputs.
+                    if product_output > 0 {
+                        state.make_room_for(product_output);
+                    } else {
+                        state.make_room(id, largest_input);
+                    }
                     let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
                     let out = $crate::ops::wrap_managed!($ret, out, state, id, [$name $(, $via)?], caps, $($arg: $kind),*);
                     $(drop($arg.1);)*

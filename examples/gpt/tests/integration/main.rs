@@ -5,6 +5,7 @@
 //! takes [`serial`] first.
 
 mod adamw8bit;
+mod budget;
 mod cli;
 mod common;
 mod device_oom_rescue;
