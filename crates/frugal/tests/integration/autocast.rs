@@ -24,6 +24,13 @@ fn on(low: LowPrecision) -> Off {
     Off
 }
 
+/// bf16 autocast with low outputs (as PyTorch's autocast leaves them), off again when dropped.
+fn on_low_outputs() -> Off {
+    let policy = AutocastPolicy::new(LowPrecision::BF16).with_low_outputs(true);
+    set_autocast::<Flex>(&Default::default(), Some(policy)).unwrap();
+    Off
+}
+
 fn data<const D: usize>(shape: [usize; D], seed: u64) -> TensorData {
     // A fixed pseudo-random pattern with values that bf16 and f16 round differently.
     let n = shape.iter().product::<usize>();
@@ -219,12 +226,7 @@ fn low_outputs_stay_low_and_parameter_gradients_come_back_f32() {
     let (gxr, gwr) = (xr.grad(&gr).unwrap(), wr.grad(&gr).unwrap());
 
     type G = Autodiff<F>;
-    set_autocast::<Flex>(
-        &device,
-        Some(AutocastPolicy::new(LowPrecision::BF16).with_low_outputs(true)),
-    )
-    .unwrap();
-    let _off = Off;
+    let _off = on_low_outputs();
     assert!(precision::autocast(&device).unwrap().low_outputs());
     let xg = Tensor::<G, 2>::from_data(x, &device).require_grad();
     let wg = Tensor::<G, 2>::from_data(w, &device).require_grad();
@@ -266,12 +268,7 @@ fn low_outputs_sum_a_bias_gradient_in_the_low_type_as_pytorch_does() {
     let gbr = br.grad(&gr).unwrap();
 
     type G = Autodiff<F>;
-    set_autocast::<Flex>(
-        &device,
-        Some(AutocastPolicy::new(LowPrecision::BF16).with_low_outputs(true)),
-    )
-    .unwrap();
-    let _off = Off;
+    let _off = on_low_outputs();
     let xg = Tensor::<G, 3>::from_data(x, &device).require_grad();
     let wg = Tensor::<G, 2>::from_data(w, &device).require_grad();
     let bg = Tensor::<G, 1>::from_data(b, &device).require_grad();
