@@ -206,10 +206,10 @@ impl PrecisionTable {
                 match precision {
                     OpPrecision::Keep => KEEP,
                     OpPrecision::Promote => PROMOTE,
-                    // A bias's gradient is the sum of its product's 16-bit output gradient:
-                    // summed as it comes (the reductions accumulate in f32), as PyTorch's
-                    // autocast does inside the product's backward, rather than widened first,
-                    // which would copy the whole output gradient to f32 for one row of sums.
+                    // A bias's gradient is computed in the low type like the product it
+                    // belongs to, as PyTorch's autocast sums it inside the product's backward
+                    // (the reductions accumulate in f32): a 16-bit output gradient is not
+                    // first widened, a copy of the whole gradient for one row of sums.
                     OpPrecision::F32 if policy.keep_low_outputs && param_grad => low,
                     OpPrecision::F32 => F32,
                     OpPrecision::Low if policy.keep_low_outputs && !param_grad => low_out,
