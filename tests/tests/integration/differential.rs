@@ -85,16 +85,7 @@ fn side(side: &str, indices: &[usize]) -> Vec<Run> {
     let mut next = 0;
     while next < indices.len() {
         let remaining: Vec<String> = indices[next..].iter().map(usize::to_string).collect();
-        let mut command = Command::new(&exe);
-        // Autotune times candidate kernels and keeps the fastest, which can differ between
-        // processes: a case whose candidates sum in other orders then varies by itself and
-        // takes more rounds to judge. At its least level shapes share tunings in coarser
-        // buckets, so fewer calls are tuned on the software driver, and fewer can vary (a
-        // level set by the caller is kept).
-        if std::env::var_os("CUBECL_AUTOTUNE_LEVEL").is_none() {
-            command.env("CUBECL_AUTOTUNE_LEVEL", "minimal");
-        }
-        let mut child = command
+        let mut child = Command::new(&exe)
             .args([
                 "--exact",
                 "differential::side_runner",
