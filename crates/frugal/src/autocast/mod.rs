@@ -157,6 +157,10 @@ const LOW_F16: u8 = 4;
 // As LOW_*, the result left in the low type.
 const LOW_BF16_OUT: u8 = 5;
 const LOW_F16_OUT: u8 = 6;
+// An op of the f32 list that gives a parameter's gradient (a bias's), under low outputs:
+// planned as LOW_*, read back as F32 (the policy the user set).
+const F32_PARAM_BF16: u8 = 7;
+const F32_PARAM_F16: u8 = 8;
 
 /// A device's compiled autocast table: one byte per forwarded op.
 pub(crate) struct PrecisionTable {
@@ -193,9 +197,9 @@ impl PrecisionTable {
             self.by_op.iter().for_each(|c| c.store(KEEP, Relaxed));
             return;
         };
-        let (low, low_out) = match policy.low {
-            LowPrecision::BF16 => (LOW_BF16, LOW_BF16_OUT),
-            LowPrecision::F16 => (LOW_F16, LOW_F16_OUT),
+        let (low, low_out, f32_param) = match policy.low {
+            LowPrecision::BF16 => (LOW_BF16, LOW_BF16_OUT, F32_PARAM_BF16),
+            LowPrecision::F16 => (LOW_F16, LOW_F16_OUT, F32_PARAM_F16),
         };
         self.low.store(low, Relaxed);
         self.low_outputs.store(policy.keep_low_outputs, Relaxed);
@@ -210,7 +214,7 @@ impl PrecisionTable {
                     // belongs to, as PyTorch's autocast sums it inside the product's backward
                     // (the reductions accumulate in f32): a 16-bit output gradient is not
                     // first widened, a copy of the whole gradient for one row of sums.
-                    OpPrecision::F32 if policy.keep_low_outputs && param_grad => low,
+                    OpPrecision::F32 if policy.keep_low_outputs && param_grad => f32_param,
                     OpPrecision::F32 => F32,
                     OpPrecision::Low if policy.keep_low_outputs && !param_grad => low_out,
                     OpPrecision::Low => low,
@@ -232,7 +236,7 @@ impl PrecisionTable {
             .map(|c| match c.load(Relaxed) {
                 KEEP => OpPrecision::Keep,
                 PROMOTE => OpPrecision::Promote,
-                F32 => OpPrecision::F32,
+                F32 | F32_PARAM_BF16 | F32_PARAM_F16 => OpPrecision::F32,
                 _ => OpPrecision::Low,
             })
             .collect();
@@ -324,13 +328,15 @@ pub(crate) fn plan(code: u8, dtypes: DtypeSet) -> Option<Plan> {
             input: dtypes.widest().max_f32(),
             output: None,
         }),
-        LOW_BF16 | LOW_F16 | LOW_BF16_OUT | LOW_F16_OUT if bits & BIT_F64 == 0 => {
-            let low = if code == LOW_BF16 || code == LOW_BF16_OUT {
+        LOW_BF16 | LOW_F16 | LOW_BF16_OUT | LOW_F16_OUT | F32_PARAM_BF16 | F32_PARAM_F16
+            if bits & BIT_F64 == 0 =>
+        {
+            let low = if matches!(code, LOW_BF16 | LOW_BF16_OUT | F32_PARAM_BF16) {
                 (DType::BF16, BIT_BF16)
             } else {
                 (DType::F16, BIT_F16)
             };
-            let cast_back = code == LOW_BF16 || code == LOW_F16;
+            let cast_back = !matches!(code, LOW_BF16_OUT | LOW_F16_OUT);
             (bits != low.1).then(|| Plan {
                 input: low.0,
                 output: cast_back.then(|| dtypes.widest()),
@@ -347,5 +353,39 @@ trait MaxF32 {
 impl MaxF32 for DType {
     fn max_f32(self) -> DType {
         if self == DType::F64 { self } else { DType::F32 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::families::module;
+
+    fn dtypes(dtype: DType) -> DtypeSet {
+        let mut set = DtypeSet::default();
+        set.add(dtype);
+        set
+    }
+
+    #[test]
+    fn under_low_outputs_a_bias_gradient_is_planned_low_and_the_policy_reads_back_as_set() {
+        let bias = module::op(module::Op::linear_bias_backward);
+        let table = PrecisionTable::default();
+        let policy = AutocastPolicy::new(LowPrecision::BF16).with_low_outputs(true);
+        table.set(Some(&policy));
+        assert_eq!(table.get(), Some(policy));
+        // A bf16 gradient is summed as it is; an f32 one in bf16, its sum back in f32.
+        assert!(plan(table.code(bias), dtypes(DType::BF16)).is_none());
+        let from_f32 = plan(table.code(bias), dtypes(DType::F32)).unwrap();
+        assert_eq!(
+            (from_f32.input, from_f32.output),
+            (DType::BF16, Some(DType::F32))
+        );
+        // Without low outputs it stays on the f32 list: a bf16 gradient is widened first.
+        let policy = AutocastPolicy::new(LowPrecision::BF16);
+        table.set(Some(&policy));
+        assert_eq!(table.get(), Some(policy));
+        let widened = plan(table.code(bias), dtypes(DType::BF16)).unwrap();
+        assert_eq!((widened.input, widened.output), (DType::F32, None));
     }
 }
