@@ -194,6 +194,33 @@ pub fn device_count() -> Result<usize, DeviceUnavailable> {
     }
 }
 
+/// Whether every visible GPU has TF32 tensor cores (compute capability 8.0 or later): there
+/// CubeCL's own f32 products stage their operands in TF32 (cubek-matmul's `adjust_dtypes`), so
+/// an f32 product on cuBLASLt's TF32 keeps the arithmetic Burn gives. Asked once per process;
+/// `false` without a driver.
+pub fn tf32_cores() -> bool {
+    static ALL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALL.get_or_init(|| {
+        use cudarc::driver::{result::device, sys::CUdevice_attribute};
+        let Ok(count) = device_count() else {
+            return false;
+        };
+        count > 0
+            && (0..count).all(|ordinal| {
+                device::get(ordinal as i32).is_ok_and(|dev| {
+                    // SAFETY: `dev` is a valid device handle from `cuDeviceGet`.
+                    let major = unsafe {
+                        device::get_attribute(
+                            dev,
+                            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                        )
+                    };
+                    major.is_ok_and(|major| major >= 8)
+                })
+            })
+    })
+}
+
 /// Checks that `device` exists, so that a missing GPU is an error here rather than a panic
 /// inside the first kernel launch.
 pub fn check_device(device: &FrugalCudaDevice) -> Result<(), DeviceUnavailable> {

@@ -37,7 +37,7 @@ pub(crate) fn applies<R: CubeRuntime>(dtype: DType) -> Option<(GemmDtype, bool)>
     {
         return None;
     }
-    let tf32 = super::products().blas_for(dtype)?;
+    let tf32 = super::products().blas_for(dtype, products::tf32_cores())?;
     let gemm = match dtype {
         DType::F32 => GemmDtype::F32,
         DType::F16 => GemmDtype::F16,

@@ -471,12 +471,14 @@ fn layer_norm_run<B: Backend>(
 /// Where matrix products run when the inner backend is on frugal-cuda's runtime (other
 /// backends always run their own).
 ///
-/// Burn's CubeCL products compute f32 on TF32 tensor cores where the GPU has them (on an H100
-/// or H200 their results equal cuBLASLt's TF32 products), so [`Products::Auto`] leaves f32 to
-/// them and only moves the 16-bit products, where cuBLASLt is several times faster.
+/// Burn's CubeCL products stage f32 operands in TF32 on GPUs that have TF32 tensor cores
+/// (compute capability 8.0 on), so there [`Products::Auto`] runs f32 products on cuBLASLt's
+/// TF32 too: the same arithmetic, faster, and none of CubeCL's matmul kernels to compile and
+/// tune in a first process. On older GPUs f32 stays on CubeCL's kernels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Products {
-    /// f16 and bf16 on cuBLASLt; f32 on CubeCL's kernels (Burn's numerics).
+    /// f16 and bf16 on cuBLASLt; f32 on cuBLASLt's TF32 where every GPU has TF32 tensor cores,
+    /// else on CubeCL's kernels (Burn's numerics either way).
     #[default]
     Auto,
     /// Every product on cuBLASLt, f32 with strict IEEE arithmetic (slower than TF32).
@@ -489,13 +491,15 @@ pub enum Products {
 }
 
 impl Products {
-    /// Whether a product of `dtype` runs on cuBLASLt, and if f32, on TF32.
+    /// Whether a product of `dtype` runs on cuBLASLt, and if f32, on TF32; `tf32_cores`:
+    /// whether the GPUs have TF32 tensor cores (`frugal_cuda::tf32_cores`).
     #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
-    pub(crate) fn blas_for(self, dtype: burn_backend::DType) -> Option<bool> {
+    pub(crate) fn blas_for(self, dtype: burn_backend::DType, tf32_cores: bool) -> Option<bool> {
         use burn_backend::DType;
         match (self, dtype) {
             (Products::Cube, _) => None,
             (_, DType::F16 | DType::BF16) => Some(false),
+            (Products::Auto, DType::F32) if tf32_cores => Some(true),
             (Products::Auto, _) => None,
             (Products::Blas, DType::F32) => Some(false),
             (Products::BlasTf32, DType::F32) => Some(true),
@@ -595,7 +599,9 @@ pub fn attention_path() -> AttentionPath {
 pub(crate) fn products_on_library<B: Backend>(dtype: burn_backend::DType) -> bool {
     #[cfg(feature = "frugal-cuda")]
     {
-        if mode() != KernelMode::Never && products().blas_for(dtype).is_some() {
+        if mode() != KernelMode::Never
+            && products().blas_for(dtype, products::tf32_cores()).is_some()
+        {
             return products::takes::<B::FloatTensorPrimitive>();
         }
     }
@@ -756,12 +762,19 @@ mod tests {
 
     #[test]
     fn auto_moves_only_16_bit_products_to_the_library() {
-        assert_eq!(Products::Auto.blas_for(DType::BF16), Some(false));
-        assert_eq!(Products::Auto.blas_for(DType::F16), Some(false));
-        assert_eq!(Products::Auto.blas_for(DType::F32), None);
-        assert_eq!(Products::Blas.blas_for(DType::F32), Some(false));
-        assert_eq!(Products::BlasTf32.blas_for(DType::F32), Some(true));
-        assert_eq!(Products::Cube.blas_for(DType::BF16), None);
-        assert_eq!(Products::Blas.blas_for(DType::F64), None);
+        for cores in [false, true] {
+            assert_eq!(Products::Auto.blas_for(DType::BF16, cores), Some(false));
+            assert_eq!(Products::Auto.blas_for(DType::F16, cores), Some(false));
+            assert_eq!(Products::Blas.blas_for(DType::F32, cores), Some(false));
+            assert_eq!(Products::BlasTf32.blas_for(DType::F32, cores), Some(true));
+            assert_eq!(Products::Cube.blas_for(DType::BF16, cores), None);
+            assert_eq!(Products::Cube.blas_for(DType::F32, cores), None);
+            assert_eq!(Products::Blas.blas_for(DType::F64, cores), None);
+            assert_eq!(Products::Auto.blas_for(DType::F64, cores), None);
+        }
+        // f32 follows Burn's arithmetic: TF32 on GPUs with TF32 tensor cores, CubeCL's
+        // kernels elsewhere.
+        assert_eq!(Products::Auto.blas_for(DType::F32, true), Some(true));
+        assert_eq!(Products::Auto.blas_for(DType::F32, false), None);
     }
 }

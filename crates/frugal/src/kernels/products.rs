@@ -45,6 +45,11 @@ pub(crate) fn library_present() -> bool {
     })
 }
 
+/// Whether every GPU has TF32 tensor cores (asked once per process; see [`super::Products`]).
+pub(crate) fn tf32_cores() -> bool {
+    frugal_cuda::tf32_cores()
+}
+
 /// Whether products of `P`'s primitives run on cuBLASLt: frugal-cuda's tensors, fused or
 /// not, with the library present.
 pub(crate) fn takes<P: 'static>() -> bool {
@@ -118,7 +123,7 @@ fn contiguous(tensor: &Tensor) -> Tensor {
 fn direct(call: ProductCall, inputs: &[&Tensor], products: Products) -> Option<Tensor> {
     let dtype = inputs[0].dtype;
     let gemm = gemm_dtype(dtype)?;
-    let tf32 = products.blas_for(dtype)?;
+    let tf32 = products.blas_for(dtype, tf32_cores())?;
     if inputs
         .iter()
         .any(|t| t.dtype != dtype || t.qparams.is_some())
@@ -188,7 +193,7 @@ fn fused(call: ProductCall, inputs: &[Option<Fused>], products: Products) -> Opt
     let inputs: Vec<&Fused> = inputs.iter().flatten().collect();
     let dtype = inputs[0].dtype;
     gemm_dtype(dtype)?;
-    products.blas_for(dtype)?;
+    products.blas_for(dtype, tf32_cores())?;
     if inputs.iter().any(|t| t.dtype != dtype) {
         return None;
     }
