@@ -4,6 +4,7 @@
 pub mod autosave;
 pub mod checkpoint;
 pub mod cli;
+pub mod compile_progress;
 pub mod data;
 pub mod diagnostics;
 pub mod fitting;

@@ -207,7 +207,8 @@ fn per_step_summary(remat: &RematStats, steps: u64) -> Option<String> {
 }
 
 /// Prints the closing report (unless `--quiet`): first and last loss, the memory report, what
-/// the budget did, Frugal's kernel counters and where the files went.
+/// the budget did, Frugal's kernel counters, what was compiled (`kernels_compiled`, see
+/// [`crate::compile_progress::summary`]) and where the files went.
 pub fn print_summary<D: DeviceOps + 'static>(
     args: &TrainArgs,
     log: &[StepLog],
@@ -215,6 +216,7 @@ pub fn print_summary<D: DeviceOps + 'static>(
     remat: &RematStats,
     recovered: u32,
     steps_run: u64,
+    kernels_compiled: Option<&str>,
 ) {
     if args.quiet {
         return;
@@ -296,6 +298,9 @@ pub fn print_summary<D: DeviceOps + 'static>(
             kernels.fused_adamw8bit,
             kernels.embedding_backwards
         );
+    }
+    if let Some(line) = kernels_compiled {
+        println!("{line}");
     }
     println!(
         "wrote {}/steps.json, memory.json, memory_viz.pickle, step-memory.png; checkpoints in {}",

@@ -18,6 +18,7 @@ use crate::Ad;
 use crate::autosave::Autosave;
 use crate::checkpoint::{self, Resumed};
 use crate::cli::{AttentionKind, NormKind};
+use crate::compile_progress;
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
     allocator_counters, device_gone, device_stopped, failure_reason, halved_micro_batch,
@@ -268,6 +269,12 @@ pub fn train_observed<B: Backend>(
     report::print_header(&args, model.num_params(), first, &backend);
 
     let bar = report::progress_bar(&args, first);
+    let kernel_counts = compile_progress::reader(&device);
+    let counts_at_start = kernel_counts.map(|read| read());
+    let mut first_step_kernels = None;
+    let compile_watch = kernel_counts.map(|read| {
+        compile_progress::CompileWatch::start(&bar, read, !args.quiet && bar.is_hidden())
+    });
     let mut micro_batches = args.accumulate;
     let mut recovered = 0u32;
     let mut step_start = memory::remat_stats(&device);
@@ -442,10 +449,16 @@ pub fn train_observed<B: Backend>(
                 step
             }),
         };
+        if step == first
+            && let (Some(read), Some(start)) = (kernel_counts, counts_at_start)
+        {
+            first_step_kernels = Some((entry.step_ms, read().since(&start)));
+        }
         report::show_step(&bar, &args, &entry);
         log.push(entry);
         autosave.after_step::<B>(&args, &model, &optim, scaler.as_ref(), step + 1, &log);
     }
+    drop(compile_watch);
     bar.finish();
     let profile = args.profile_kernels.then(|| {
         let timed: Vec<f64> = log
@@ -462,7 +475,20 @@ pub fn train_observed<B: Backend>(
     autosave.wait();
     checkpoint::save_checkpoint::<B>(&args, &model, &optim, scaler.as_ref(), args.steps, &log)?;
     report::write_outputs(&args, &log, &snapshot, remat)?;
-    report::print_summary(&args, &log, &device, &remat, recovered, args.steps - first);
+    let kernels = kernel_counts
+        .zip(counts_at_start)
+        .and_then(|(read, start)| {
+            compile_progress::summary(&read().since(&start), first_step_kernels)
+        });
+    report::print_summary(
+        &args,
+        &log,
+        &device,
+        &remat,
+        recovered,
+        args.steps - first,
+        kernels.as_deref(),
+    );
     if let Some(profile) = profile.flatten() {
         report::write_kernel_profile(&args, &profile)?;
         if !args.quiet {
