@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use common::{GIB, KIB, MIB, all_segments_free, check_invariants};
 use frugal_cuda::allocator::{
     AllocError, AllocatorConfig, BlockHandle, CachingAllocator, LARGE_SEGMENT, MIN_BLOCK_SIZE,
-    OomInfo, OomReason, Pool, SMALL_SEGMENT, SMALL_SIZE, SimulatedDevice, format_bytes,
+    OomInfo, OomReason, Pool, Rung, SMALL_SEGMENT, SMALL_SIZE, SimulatedDevice, format_bytes,
     plain_segment_size, round_size,
 };
 
@@ -787,4 +787,288 @@ fn free_blocks_merge_across_a_gap_only_once_it_is_mapped() {
         "only 30 MiB of the gap mapped"
     );
     ok(&a, &[third, big]);
+}
+
+// The allocation ladder, rung by rung: each test builds a state in which the rung under test
+// and a later one could both serve, and checks that the earlier one does, so that a change of
+// the ladder's order fails here.
+
+/// An out-of-memory handler that counts its calls and frees nothing.
+fn counting_handler(a: &mut CachingAllocator<SimulatedDevice>) -> Arc<AtomicU64> {
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    a.set_oom_handler(move |_| {
+        c.fetch_add(1, Ordering::Relaxed);
+        false
+    });
+    calls
+}
+
+/// An allocator whose requests of 32 MiB or more go to the huge pool.
+fn with_huge_pool(cap: Option<u64>, device: SimulatedDevice) -> CachingAllocator<SimulatedDevice> {
+    let config = AllocatorConfig {
+        cap,
+        huge_threshold: Some(32 * MIB),
+        ..AllocatorConfig::default()
+    };
+    CachingAllocator::with_config(device, config)
+}
+
+#[test]
+fn ladder_a_cached_block_comes_before_growth() {
+    for mut a in [plain(), expandable()] {
+        assert_eq!(a.last_rung(), None, "nothing allocated yet");
+        let x = a.alloc(4 * KIB).unwrap();
+        assert_eq!(a.last_rung(), Some(Rung::Growth));
+        a.dealloc(x).unwrap();
+        // Nothing stops growth (no cap), yet the cached block serves.
+        let y = a.alloc(4 * KIB).unwrap();
+        assert_eq!(a.last_rung(), Some(Rung::CachedBlock));
+        assert_eq!(y.address(), x.address());
+        // A failed allocation leaves the record as it was.
+        assert!(a.alloc(u64::MAX - 1000).is_err());
+        assert_eq!(a.last_rung(), Some(Rung::CachedBlock));
+        ok(&a, &[y]);
+    }
+    // The cache-only path records its hits as the same rung.
+    let mut a = expandable();
+    let x = a.alloc(3 * MIB).unwrap();
+    let y = a.alloc(5 * MIB).unwrap();
+    assert_eq!(
+        a.last_rung(),
+        Some(Rung::Growth),
+        "growth of the expandable segment"
+    );
+    assert_eq!(a.stats().segment_growths, 1);
+    a.dealloc(x).unwrap();
+    let z = a.try_alloc_cached(2 * MIB).unwrap();
+    assert_eq!(a.last_rung(), Some(Rung::CachedBlock));
+    ok(&a, &[y, z]);
+}
+
+#[test]
+fn ladder_growth_comes_before_another_pool_and_before_releasing() {
+    // A 20 MiB large segment sits unused: a small request could take a piece of it (any
+    // pool), or it could be given back first; with room to grow, a new small segment serves.
+    let mut a = plain();
+    let large = a.alloc(3 * MIB).unwrap();
+    a.dealloc(large).unwrap();
+    let small = a.alloc(512 * KIB).unwrap();
+    assert_eq!(a.last_rung(), Some(Rung::Growth));
+    let st = a.stats();
+    assert_eq!((st.segments, st.cross_pool_allocs), (2, 0), "{st:?}");
+    assert_eq!(a.device().counters().frees, 0, "nothing given back");
+    ok(&a, &[small]);
+}
+
+#[test]
+fn ladder_releasing_the_ends_comes_before_another_pool() {
+    // Plain segments: the small segment is full, a 20 MiB large segment is unused, and the
+    // cap leaves no room for a new small segment. Its free block would fit the request, but
+    // the unused segment is given back first and a small segment made in its place.
+    let mut a = plain();
+    let s1 = a.alloc(SMALL_SIZE).unwrap();
+    let s2 = a.alloc(SMALL_SIZE).unwrap();
+    let large = a.alloc(3 * MIB).unwrap();
+    a.dealloc(large).unwrap();
+    a.set_cap(Some(SMALL_SEGMENT + LARGE_SEGMENT)).unwrap();
+    let small = a.alloc(512 * KIB).unwrap();
+    assert_eq!(a.last_rung(), Some(Rung::AfterReleasingEnds));
+    let st = a.stats();
+    assert_eq!(st.cross_pool_allocs, 0, "{st:?}");
+    assert_eq!(st.reserved_bytes, 2 * SMALL_SEGMENT);
+    assert_eq!(a.device().counters().frees, 1);
+    ok(&a, &[s1, s2, small]);
+
+    // Expandable: the free end of a large segment is unmapped rather than split.
+    let mut a = expandable();
+    let x = a.alloc(30 * MIB).unwrap();
+    let y = a.alloc(30 * MIB).unwrap();
+    a.dealloc(y).unwrap();
+    a.set_cap(Some(60 * MIB)).unwrap();
+    let small = a.alloc(512 * KIB).unwrap();
+    assert_eq!(a.last_rung(), Some(Rung::AfterReleasingEnds));
+    let st = a.stats();
+    assert_eq!(st.cross_pool_allocs, 0, "{st:?}");
+    assert_eq!(st.unmapped_bytes, 30 * MIB);
+    assert_eq!(st.reserved_bytes, 30 * MIB + SMALL_SEGMENT);
+    ok(&a, &[x, small]);
+}
+
+#[test]
+fn ladder_another_pool_comes_before_releasing_holes_and_the_handler() {
+    // A 40 MiB hole inside a huge segment, the cap 1 MiB above what is reserved: a small
+    // segment cannot be made. Unmapping the hole would make room for one, and the handler
+    // could be asked, but the hole itself serves first.
+    let mut a = with_huge_pool(Some(81 * MIB), SimulatedDevice::new());
+    let calls = counting_handler(&mut a);
+    let first = a.alloc(40 * MIB).unwrap();
+    let second = a.alloc(40 * MIB).unwrap();
+    a.dealloc(first).unwrap();
+    let small = a.alloc(512 * KIB).unwrap();
+    assert_eq!(a.last_rung(), Some(Rung::AnyPool));
+    assert_eq!(small.address(), first.address(), "in the hole");
+    let st = a.stats();
+    assert_eq!((st.cross_pool_allocs, st.unmapped_bytes), (1, 0), "{st:?}");
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+    ok(&a, &[second, small]);
+}
+
+#[test]
+fn ladder_releasing_holes_comes_before_the_handler() {
+    // Two 40 MiB holes between live blocks on a full 200 MiB device: a 60 MiB request fits
+    // neither, and the device has no room for it until the holes are unmapped.
+    let mut a = with_huge_pool(None, SimulatedDevice::new().with_capacity(200 * MIB));
+    let calls = counting_handler(&mut a);
+    let blocks: Vec<_> = (0..4).map(|_| a.alloc(40 * MIB).unwrap()).collect();
+    let [first, second, third, fourth] = blocks.try_into().unwrap();
+    a.dealloc(first).unwrap();
+    a.dealloc(third).unwrap();
+    let big = a.alloc(60 * MIB).unwrap();
+    assert_eq!(a.last_rung(), Some(Rung::AfterReleasingHoles));
+    let st = a.stats();
+    assert_eq!(st.unmapped_bytes, 80 * MIB, "{st:?}");
+    assert_eq!((st.oom_handler_calls, st.oom_count), (0, 0));
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+    ok(&a, &[second, fourth, big]);
+}
+
+#[test]
+fn ladder_the_handler_comes_last() {
+    // Under a cap of 100 MiB with 60 MiB live, a 60 MiB request has nothing to take but what
+    // the handler frees.
+    let mut a = expandable();
+    a.set_cap(Some(100 * MIB)).unwrap();
+    let victim = a.alloc(60 * MIB).unwrap();
+    let queue = a.free_queue();
+    let mut to_evict = Some(victim);
+    a.set_oom_handler(move |_| match to_evict.take() {
+        Some(h) => {
+            queue.push(h);
+            true
+        }
+        None => false,
+    });
+    let h = a.alloc(60 * MIB).unwrap();
+    assert_eq!(a.last_rung(), Some(Rung::AfterOomHandler));
+    assert_eq!(h.address(), victim.address(), "the freed block, cached");
+    assert_eq!(a.stats().oom_handler_calls, 1);
+    ok(&a, &[h]);
+    // The next hit of the cache is recorded as such again.
+    a.dealloc(h).unwrap();
+    let again = a.alloc(60 * MIB).unwrap();
+    assert_eq!(a.last_rung(), Some(Rung::CachedBlock));
+    ok(&a, &[again]);
+}
+
+#[test]
+fn ladder_under_a_growth_limit_another_pool_comes_before_releasing_ends() {
+    // A hole and a free end of 40 MiB each in a huge segment; reserved memory at the limit.
+    // Without the limit a small segment is made; with it, the hole serves rather than
+    // growth after the free end is given back.
+    let setup = |limit: Option<u64>| {
+        let mut a = with_huge_pool(None, SimulatedDevice::new());
+        let blocks: Vec<_> = (0..3).map(|_| a.alloc(40 * MIB).unwrap()).collect();
+        a.dealloc(blocks[0]).unwrap();
+        a.dealloc(blocks[2]).unwrap();
+        a.set_growth_limit(limit);
+        let small = a.alloc(512 * KIB).unwrap();
+        ok(&a, &[blocks[1], small]);
+        (a, blocks[0], small)
+    };
+    let (free_growth, _, _) = setup(None);
+    assert_eq!(free_growth.last_rung(), Some(Rung::Growth));
+
+    let (limited, hole, small) = setup(Some(120 * MIB));
+    assert_eq!(limited.last_rung(), Some(Rung::AnyPool));
+    assert_eq!(small.address(), hole.address());
+    let st = limited.stats();
+    assert_eq!(
+        (st.reserved_bytes, st.unmapped_bytes),
+        (120 * MIB, 0),
+        "{st:?}"
+    );
+    assert_eq!(st.growth_limit_passes, 0);
+}
+
+#[test]
+fn ladder_under_a_growth_limit_the_growth_rungs_are_climbed_within_it_first() {
+    // [hole 20 MiB | x 30 MiB live | free end 50 MiB] and a 60 MiB request: without a limit
+    // the end grows by 10 MiB; under a limit of 100 MiB, 10 MiB of the hole is unmapped first
+    // and the end grows within the limit.
+    let setup = |limit: Option<u64>| {
+        let mut a = expandable();
+        let h = a.alloc(20 * MIB).unwrap();
+        let x = a.alloc(30 * MIB).unwrap();
+        let y = a.alloc(50 * MIB).unwrap();
+        a.dealloc(h).unwrap();
+        a.dealloc(y).unwrap();
+        a.set_growth_limit(limit);
+        let z = a.alloc(60 * MIB).unwrap();
+        ok(&a, &[x, z]);
+        a
+    };
+    let free_growth = setup(None);
+    assert_eq!(free_growth.last_rung(), Some(Rung::Growth));
+    assert_eq!(free_growth.stats().reserved_bytes, 110 * MIB);
+
+    let limited = setup(Some(100 * MIB));
+    assert_eq!(limited.last_rung(), Some(Rung::AfterReleasingHoles));
+    let st = limited.stats();
+    assert_eq!(
+        (st.reserved_bytes, st.unmapped_bytes),
+        (100 * MIB, 10 * MIB),
+        "{st:?}"
+    );
+    assert_eq!(st.growth_limit_passes, 0);
+}
+
+#[test]
+fn ladder_under_a_growth_limit_a_request_past_it_grows_under_the_cap() {
+    // Plain segments: 40 MiB live, a 20 MiB segment unused, a cap of 80 MiB, a 30 MiB request.
+    // Without a limit the unused segment is given back and the request grows after it. Under
+    // a limit of 60 MiB the climb within the limit gives the unused segment back but cannot
+    // grow; the climb under the cap then grows at once, past the limit, and the handler is
+    // never asked.
+    let setup = |limit: Option<u64>| {
+        let mut a = plain();
+        a.set_cap(Some(80 * MIB)).unwrap();
+        let calls = counting_handler(&mut a);
+        let x = a.alloc(40 * MIB).unwrap();
+        let unused = a.alloc(3 * MIB).unwrap();
+        a.dealloc(unused).unwrap();
+        a.set_growth_limit(limit);
+        let y = a.alloc(30 * MIB).unwrap();
+        ok(&a, &[x, y]);
+        assert_eq!(calls.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            a.device().counters().frees,
+            1,
+            "the unused segment given back"
+        );
+        assert_eq!(a.stats().reserved_bytes, 70 * MIB);
+        a
+    };
+    let free_growth = setup(None);
+    assert_eq!(free_growth.last_rung(), Some(Rung::AfterReleasingEnds));
+
+    let limited = setup(Some(60 * MIB));
+    assert_eq!(limited.last_rung(), Some(Rung::Growth));
+    let st = limited.stats();
+    assert_eq!(st.growth_limit_passes, 1, "{st:?}");
+    assert_eq!(
+        limited.growth_limit(),
+        Some(70 * MIB),
+        "raised to what was reserved"
+    );
+
+    // With nothing cached at all, the same: growth under the cap, past the limit.
+    for mut a in [plain(), expandable()] {
+        a.set_growth_limit(Some(50 * MIB));
+        let x = a.alloc(40 * MIB).unwrap();
+        let y = a.alloc(40 * MIB).unwrap();
+        assert_eq!(a.last_rung(), Some(Rung::Growth));
+        assert_eq!(a.stats().growth_limit_passes, 1);
+        ok(&a, &[x, y]);
+    }
 }

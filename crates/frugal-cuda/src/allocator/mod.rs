@@ -22,7 +22,8 @@
 //!   [`MIN_LARGE_ALLOC`] (10 MiB), and the request rounded up to [`ROUND_LARGE`] (2 MiB)
 //!   otherwise.
 //!
-//! Submodules: [`caching`] (the allocator), [`device`] (the driver operations it calls, and a
+//! Submodules: [`caching`] (the allocator, with its allocation ladder and the mapping of
+//! expandable segments in files of their own), [`device`] (the driver operations it calls, and a
 //! simulated device), [`stats`] (statistics and snapshots), [`trace`] (the recorded trace of
 //! allocations, frees and segment changes, with device addresses).
 
@@ -36,7 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-pub use caching::CachingAllocator;
+pub use caching::{CachingAllocator, Rung};
 pub use device::{
     CallTime, DeviceError, DeviceMemory, DeviceTimes, SimulatedDevice, SimulatedDeviceCounters,
 };
@@ -187,7 +188,7 @@ pub struct OomInfo {
 /// why it failed, after the allocator has released its own cached segments and looked in
 /// every pool. Return `true` if the handler freed device memory (for example by dropping
 /// tensors its owner can recompute, with their blocks pushed onto the [`FreeQueue`]): the
-/// allocator then applies the queued frees and tries once more. `false` makes the allocation
+/// allocator then applies the queued frees and tries once more ([`Rung::AfterOomHandler`]). `false` makes the allocation
 /// fail with [`AllocError::OutOfMemory`]. Nothing in Frugal installs one yet.
 pub type OomHandler = Box<dyn FnMut(&OomInfo) -> bool + Send>;
 

@@ -11,6 +11,17 @@
 //!   the first entry at or above the requested size is the best fit (the smallest block that
 //!   fits; ties go to the oldest segment and the lowest offset, which packs memory towards old
 //!   segments and leaves new ones free to be released).
+//!
+//! This file holds the allocator's state, its construction and settings, frees, releases,
+//! statistics and snapshots, and the bookkeeping of blocks and segments. Two subjects have files
+//! of their own: `ladder.rs`, the allocation ladder ([`CachingAllocator::alloc`] and the
+//! [`Rung`]s it climbs), and `expandable.rs`, where the granules of expandable segments are
+//! mapped and unmapped.
+
+mod expandable;
+mod ladder;
+
+pub use ladder::Rung;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -21,8 +32,9 @@ use super::stats::{BlockSnapshot, SegmentSnapshot, Snapshot, Stats};
 use super::trace::{History, TraceEvent};
 use super::{
     ALIGNMENT, AllocError, AllocatorConfig, BlockHandle, FreeQueue, MIN_BLOCK_SIZE, OomHandler,
-    OomInfo, OomReason, Pool, SMALL_SIZE, SegmentId, plain_segment_size, round_size,
+    OomInfo, Pool, SMALL_SIZE, SegmentId, round_size,
 };
+use expandable::KeptRange;
 
 /// Free-block key: `(size, segment id, offset)`. Ordered by size first for best fit.
 type FreeKey = (u64, u64, u64);
@@ -143,6 +155,8 @@ pub struct CachingAllocator<D: DeviceMemory> {
     st: Stats,
     /// When recording ([`Self::record_trace`]): every event since, in order.
     trace: Option<Vec<TraceEvent>>,
+    /// The rung that served the last successful allocation (see [`Self::last_rung`]).
+    last_rung: Option<Rung>,
 }
 
 impl<D: DeviceMemory> fmt::Debug for CachingAllocator<D> {
@@ -197,6 +211,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             queue: FreeQueue::default(),
             st: Stats::default(),
             trace: None,
+            last_rung: None,
             config,
         }
     }
@@ -251,10 +266,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     /// Sets a soft limit on reserved bytes (`None`: none). An allocation that would take
-    /// reserved memory beyond it first climbs the ladder as if it were the cap (a free block
-    /// of another pool, then only the granules it lacks given back, from free segment ends and
-    /// then from the holes between live blocks, and mapped again where the request fits) and
-    /// only then grows past it, never failing for it. After such a
+    /// reserved memory beyond it first climbs the growth rungs of the ladder (see
+    /// [`Self::alloc`]) with the limit as if it were the cap: [`Rung::Growth`] within it, then
+    /// [`Rung::AnyPool`], then [`Rung::AfterReleasingEnds`] and [`Rung::AfterReleasingHoles`]
+    /// giving back only the granules the request lacks (from free segment ends, then from the
+    /// holes between live blocks) to map them again where it fits. Only then does it climb
+    /// them again under the cap, growing past the limit, never failing for it. After such a
     /// growth the limit rises to the bytes reserved, so that the same shortfall does not make
     /// every later allocation give memory back and map it again. Unlike the cap, it never
     /// makes an allocation fail and never calls the out-of-memory handler.
@@ -277,218 +294,16 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.queue.clone()
     }
 
-    /// Allocates `size` bytes (rounded by [`round_size`]), climbing one ladder until a rung
-    /// gives a block, as `malloc` in PyTorch's caching allocator does:
-    /// 1. a free block of the request's pool, by best fit;
-    /// 2. a new segment;
-    /// 3. after releasing the cached memory no block lies beyond (unused plain segments, the
-    ///    free ends of expandable ones), a new segment;
-    /// 4. a free block of any pool;
-    /// 5. after also unmapping the free granules between live blocks of expandable segments
-    ///    (a request larger than every hole is then mapped from their memory), a new segment;
-    /// 6. the out-of-memory handler, if one is installed and frees something: queued frees
-    ///    applied, then rungs 1, 5 (releasing unconditionally), 4 and 2 once more;
-    /// 7. [`AllocError::OutOfMemory`], naming the rung's reason (cap or device).
-    ///
-    /// Under a growth limit ([`Self::set_growth_limit`]), rungs 2 to 5 are first climbed with
-    /// the limit in place of the cap, then once more with the cap.
-    pub fn alloc(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
-        let reserved_before = self.st.reserved_bytes;
-        let result = self.climb(size);
-        if let Some(limit) = self.growth_limit
-            && result.is_ok()
-            && self.st.reserved_bytes > reserved_before.max(limit)
-        {
-            self.st.growth_limit_passes += 1;
-            self.growth_limit = Some(self.st.reserved_bytes);
-        }
-        if let Some(trace) = &mut self.trace {
-            match &result {
-                Ok(handle) => trace.push(alloc_event(handle, size)),
-                Err(AllocError::OutOfMemory {
-                    requested,
-                    reason,
-                    cap,
-                    reserved,
-                    ..
-                }) => trace.push(TraceEvent::Oom {
-                    bytes: *requested,
-                    free: match reason {
-                        OomReason::Cap => cap.map_or(0, |cap| cap.saturating_sub(*reserved)),
-                        OomReason::Device => 0,
-                    },
-                }),
-                Err(_) => {}
-            }
-        }
-        result
-    }
-
-    /// The ladder of [`Self::alloc`], which records its outcome.
-    fn climb(&mut self, size: u64) -> Result<BlockHandle, AllocError> {
-        self.flush();
-        let rounded = round_size(size).ok_or(AllocError::SizeOverflow { requested: size })?;
-        let pool = self.pool_for(rounded);
-        let mut reason = OomReason::Device;
-        if let Some(handle) = self.alloc_from_cache(pool, rounded) {
-            return Ok(handle);
-        }
-        // Under a growth limit the ladder is climbed twice: first with the limit as the
-        // ceiling, so that cached memory is reused before more is reserved, then with the cap.
-        let ceilings: &[Ceiling] = match self.growth_limit {
-            Some(_) => &[Ceiling::GrowthLimit, Ceiling::Cap],
-            None => &[Ceiling::Cap],
-        };
-        for &ceiling in ceilings {
-            if let Some(handle) = self.climb_to(pool, rounded, ceiling, &mut reason)? {
-                return Ok(handle);
-            }
-        }
-        if self.ask_oom_handler(size, rounded, pool, reason) {
-            self.flush();
-            if let Some(handle) = self.alloc_from_cache(pool, rounded) {
-                return Ok(handle);
-            }
-            self.release_cached()?;
-            if let Some(handle) = self.alloc_from_any_pool(rounded) {
-                return Ok(handle);
-            }
-            if let Some(handle) = self.try_grow(pool, rounded, Ceiling::Cap, &mut reason)? {
-                return Ok(handle);
-            }
-        }
-        self.st.oom_count += 1;
-        log::debug!(
-            "frugal-cuda: allocation of {} failed ({reason:?}): {} reserved, {} allocated",
-            super::stats::format_bytes(rounded),
-            super::stats::format_bytes(self.st.reserved_bytes),
-            super::stats::format_bytes(self.st.allocated_bytes)
-        );
-        Err(AllocError::OutOfMemory {
-            requested: size,
-            rounded,
-            pool,
-            reason,
-            cap: self.cap,
-            reserved: self.st.reserved_bytes,
-            allocated: self.st.allocated_bytes,
-            largest_free_block: self.largest_free(pool),
-        })
-    }
-
-    /// Rungs 2 to 5 of [`Self::alloc`], with reserved bytes kept within `ceiling`.
-    fn climb_to(
-        &mut self,
-        pool: Pool,
-        rounded: u64,
-        ceiling: Ceiling,
-        reason: &mut OomReason,
-    ) -> Result<Option<BlockHandle>, AllocError> {
-        if let Some(handle) = self.try_grow(pool, rounded, ceiling, reason)? {
-            return Ok(Some(handle));
-        }
-        // Under the growth limit, memory already reserved is used first, and only what the
-        // request lacks is given back: each granule given back is mapped again, one driver
-        // call or more each. Where an expandable segment can take the request with the free
-        // blocks around one of its unmapped ranges, those blocks stay and only the growth
-        // they lack is given back elsewhere: giving them back too would map them again at
-        // once.
-        let mut keep = None;
-        let enough = match (ceiling, self.growth_limit) {
-            (Ceiling::GrowthLimit, Some(limit)) => {
-                if let Some(handle) = self.alloc_from_any_pool(rounded) {
-                    return Ok(Some(handle));
-                }
-                let growth = match self.best_gap(pool, rounded) {
-                    Some(best) => {
-                        keep = Some(best.kept);
-                        Some(best.growth)
-                    }
-                    None => rounded.checked_next_multiple_of(self.granularity.max(1)),
-                };
-                match growth.and_then(|g| self.st.reserved_bytes.checked_add(g)) {
-                    Some(wanted) => wanted.saturating_sub(limit).max(1),
-                    None => u64::MAX,
-                }
-            }
-            _ => u64::MAX,
-        };
-        // Memory cached in unused segments (of either pool) may be what is missing.
-        if self.release(Release::Ends, enough, keep)? > 0
-            && let Some(handle) = self.try_grow(pool, rounded, ceiling, reason)?
-        {
-            return Ok(Some(handle));
-        }
-        // Free memory of the other pools (a hole in a huge segment, a large block for a small
-        // request) is better than failing: pools separate sizes to limit fragmentation, not
-        // to refuse memory that is there.
-        if let Some(handle) = self.alloc_from_any_pool(rounded) {
-            return Ok(Some(handle));
-        }
-        // Holes between live blocks, each too small, may together hold the request.
-        if self.release(Release::Holes, enough, keep)? > 0
-            && let Some(handle) = self.try_grow(pool, rounded, ceiling, reason)?
-        {
-            return Ok(Some(handle));
-        }
-        Ok(None)
-    }
-
-    /// A new segment (or a segment's growth) within `ceiling`, or `None` with `reason` set to
-    /// what refused it.
-    fn try_grow(
-        &mut self,
-        pool: Pool,
-        rounded: u64,
-        ceiling: Ceiling,
-        reason: &mut OomReason,
-    ) -> Result<Option<BlockHandle>, AllocError> {
-        match self.grow(pool, rounded, ceiling) {
-            Ok(handle) => Ok(Some(handle)),
-            Err(GrowError::Device(e)) => Err(e.into()),
-            Err(GrowError::Cap) => {
-                *reason = OomReason::Cap;
-                Ok(None)
-            }
-            Err(GrowError::DeviceOom) => {
-                *reason = OomReason::Device;
-                Ok(None)
-            }
-        }
-    }
-
-    /// Rung 5 of [`Self::alloc`]: calls the out-of-memory handler, if any; whether it freed
-    /// memory.
-    fn ask_oom_handler(&mut self, size: u64, rounded: u64, pool: Pool, reason: OomReason) -> bool {
-        if self.handler.is_none() {
-            return false;
-        }
-        let info = OomInfo {
-            requested: size,
-            rounded,
-            pool,
-            reason,
-            stats: self.stats(),
-        };
-        self.st.oom_handler_calls += 1;
-        log::info!(
-            "frugal-cuda: out of memory ({reason:?}) for {} with {} reserved and {} allocated: \
-             calling the out-of-memory handler",
-            super::stats::format_bytes(rounded),
-            super::stats::format_bytes(self.st.reserved_bytes),
-            super::stats::format_bytes(self.st.allocated_bytes)
-        );
-        self.handler.as_mut().is_some_and(|handler| handler(&info))
-    }
-
     /// Allocates `size` bytes only if a cached free block fits, never calling the device:
     /// `None` on a miss (or a size that overflows). This is the "no-grow" mode of the CubeCL
     /// glue, which on a miss first hands back the slots CubeCL holds and then calls
-    /// [`Self::alloc`].
+    /// [`Self::alloc`]. It is [`Rung::CachedBlock`] alone, and a hit is recorded as such in
+    /// [`Self::last_rung`].
     pub fn try_alloc_cached(&mut self, size: u64) -> Option<BlockHandle> {
         self.flush();
         let rounded = round_size(size)?;
         let handle = self.alloc_from_cache(self.pool_for(rounded), rounded)?;
+        self.last_rung = Some(Rung::CachedBlock);
         if let Some(trace) = &mut self.trace {
             trace.push(alloc_event(&handle, size));
         }
@@ -637,84 +452,6 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(released)
     }
 
-    /// Unmaps every whole granule inside the free blocks of expandable segment `id` (only its
-    /// last block with [`Release::Ends`]), keeping the parts of those blocks that share a
-    /// granule with a live block, and stopping once `enough` bytes are unmapped (a block's
-    /// last granules go first). Returns the bytes unmapped.
-    fn unmap_free_granules(
-        &mut self,
-        id: u64,
-        what: Release,
-        enough: u64,
-        keep: Option<KeptRange>,
-    ) -> Result<u64, AllocError> {
-        let g = self.granularity;
-        let Some(seg) = self.segments.get(&id) else {
-            return Ok(0);
-        };
-        let (base, pool) = (seg.base, pool_index(seg.pool));
-        let last = seg.blocks.last_key_value().map(|(&offset, _)| offset);
-        let free_blocks: Vec<(u64, u64)> = seg
-            .blocks
-            .iter()
-            .filter(|(offset, b)| {
-                b.live.is_none()
-                    && (what == Release::Holes || Some(**offset) == last)
-                    && keep.is_none_or(|k| **offset + b.size <= k.start || **offset >= k.end)
-            })
-            .map(|(&offset, b)| (offset, b.size))
-            .collect();
-        let mut released = 0;
-        for (offset, size) in free_blocks {
-            if released >= enough {
-                break;
-            }
-            let end = (offset + size) / g * g;
-            let whole = offset.next_multiple_of(g);
-            if whole >= end {
-                continue;
-            }
-            let wanted = (enough - released)
-                .checked_next_multiple_of(g)
-                .unwrap_or(u64::MAX);
-            let start = whole.max(end.saturating_sub(wanted));
-            self.device.unmap(base, start, end - start)?;
-            if let Some(trace) = &mut self.trace {
-                trace.push(TraceEvent::SegmentUnmap {
-                    segment: SegmentId(id),
-                    address: base + start,
-                    size: end - start,
-                });
-            }
-            let Some(seg) = self.segments.get_mut(&id) else {
-                break;
-            };
-            let free = &mut self.free[pool];
-            free.remove(&(size, id, offset));
-            seg.blocks.remove(&offset);
-            for (part, part_size) in [(offset, start - offset), (end, offset + size - end)] {
-                if part_size > 0 {
-                    seg.blocks.insert(
-                        part,
-                        Block {
-                            size: part_size,
-                            live: None,
-                        },
-                    );
-                    free.insert((part_size, id, part));
-                }
-            }
-            let trim = end - start;
-            self.st.unmapped_bytes += trim;
-            seg.mapped -= trim;
-            self.st.reserved_bytes -= trim;
-            self.st.free_bytes -= trim;
-            self.st.device_frees += 1;
-            released += trim;
-        }
-        Ok(released)
-    }
-
     /// Same as [`Self::release_cached`], under PyTorch's name.
     pub fn empty_cache(&mut self) -> Result<u64, AllocError> {
         self.release_cached()
@@ -845,8 +582,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
-    /// Best fit over every pool's cached free blocks: the last resort before out-of-memory.
-    /// The block stays in its segment's pool (it merges back there when freed).
+    /// [`Rung::AnyPool`]: best fit over every pool's cached free blocks. The block stays in
+    /// its segment's pool (it merges back there when freed).
     fn alloc_from_any_pool(&mut self, rounded: u64) -> Option<BlockHandle> {
         let key = self
             .free
@@ -859,7 +596,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Some(handle)
     }
 
-    /// Best fit from the pool's cached free blocks.
+    /// [`Rung::CachedBlock`]: best fit from the pool's cached free blocks.
     fn alloc_from_cache(&mut self, pool: Pool, rounded: u64) -> Option<BlockHandle> {
         let key = *self.free[pool_index(pool)]
             .range((rounded, 0, 0)..)
@@ -922,42 +659,6 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
-    /// Records `[at, at + size)` of segment `id`, just mapped, as a free block merged with the
-    /// free blocks that touch it; returns the merged block's free-index key.
-    fn insert_mapped(&mut self, id: u64, at: u64, size: u64) -> FreeKey {
-        let seg = self
-            .segments
-            .get_mut(&id)
-            .expect("growth names a live segment");
-        let free = &mut self.free[pool_index(seg.pool)];
-        let (mut start, mut merged) = (at, size);
-        if let Some((&prev, &pb)) = seg.blocks.range(..at).next_back()
-            && pb.live.is_none()
-            && prev + pb.size == at
-        {
-            free.remove(&(pb.size, id, prev));
-            start = prev;
-            merged += pb.size;
-        }
-        if let Some(nb) = seg.blocks.get(&(at + size)).copied()
-            && nb.live.is_none()
-        {
-            free.remove(&(nb.size, id, at + size));
-            seg.blocks.remove(&(at + size));
-            merged += nb.size;
-        }
-        seg.blocks.insert(
-            start,
-            Block {
-                size: merged,
-                live: None,
-            },
-        );
-        seg.mapped += size;
-        free.insert((merged, id, start));
-        (merged, id, start)
-    }
-
     /// Adds a segment whose `[0, mapped)` is one free block.
     fn new_segment(&mut self, pool: Pool, base: u64, expandable: Option<u64>, mapped: u64) -> u64 {
         let id = self.next_segment;
@@ -1001,107 +702,6 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         id
     }
-
-    /// Where an expandable segment of `pool` takes a request of `rounded` bytes with the
-    /// fewest granules mapped: an unmapped range and the free blocks touching it.
-    fn best_gap(&self, pool: Pool, rounded: u64) -> Option<BestGap> {
-        if pool == Pool::Small || !self.expandable {
-            return None;
-        }
-        let mut best: Option<BestGap> = None;
-        for (&id, seg) in &self.segments {
-            let Some(virtual_size) = seg.expandable.filter(|_| seg.pool == pool) else {
-                continue;
-            };
-            for gap in unmapped_gaps(seg, virtual_size) {
-                let Some(growth) = gap.growth_for(rounded, self.granularity) else {
-                    continue;
-                };
-                if best.is_none_or(|b| growth < b.growth) {
-                    best = Some(BestGap {
-                        growth,
-                        at: gap.start,
-                        kept: KeptRange {
-                            segment: id,
-                            start: gap.start - gap.free_before,
-                            end: gap.end + gap.free_after,
-                        },
-                    });
-                }
-            }
-        }
-        best
-    }
-
-    /// Gets memory from the device for a request no cached block fits, and allocates it.
-    fn grow(
-        &mut self,
-        pool: Pool,
-        rounded: u64,
-        ceiling: Ceiling,
-    ) -> Result<BlockHandle, GrowError> {
-        if pool != Pool::Small && self.expandable {
-            return self.grow_expandable(pool, rounded, ceiling);
-        }
-        let size = plain_segment_size(rounded).ok_or(GrowError::DeviceOom)?;
-        self.check_cap(size, ceiling)?;
-        let base = self.device.alloc(size).map_err(grow_error)?;
-        let id = self.new_segment(pool, base, None, size);
-        Ok(self.take((size, id, 0), rounded))
-    }
-
-    /// Maps granules into an expandable segment of `pool` where the fewest are needed: an
-    /// unmapped gap or the unmapped end of its range, counting the free blocks that touch it
-    /// (with which the new memory merges). If no segment has room, makes a new one.
-    fn grow_expandable(
-        &mut self,
-        pool: Pool,
-        rounded: u64,
-        ceiling: Ceiling,
-    ) -> Result<BlockHandle, GrowError> {
-        let g = self.granularity;
-        if let Some(BestGap {
-            growth,
-            kept: KeptRange { segment: id, .. },
-            at,
-        }) = self.best_gap(pool, rounded)
-        {
-            self.check_cap(growth, ceiling)?;
-            let Some(seg) = self.segments.get(&id) else {
-                return Err(GrowError::DeviceOom);
-            };
-            let base = seg.base;
-            self.device.map(base, at, growth).map_err(grow_error)?;
-            if let Some(trace) = &mut self.trace {
-                trace.push(TraceEvent::SegmentMap {
-                    segment: SegmentId(id),
-                    address: base + at,
-                    size: growth,
-                });
-            }
-            let key = self.insert_mapped(id, at, growth);
-            self.add_reserved(growth);
-            self.st.mapped_bytes += growth;
-            self.st.device_allocs += 1;
-            self.st.segment_growths += 1;
-            return Ok(self.take(key, rounded));
-        }
-        let mapped = rounded
-            .checked_next_multiple_of(g)
-            .ok_or(GrowError::DeviceOom)?;
-        let virtual_size = self.virtual_size.max(mapped);
-        self.check_cap(mapped, ceiling)?;
-        let base = self.device.reserve(virtual_size).map_err(grow_error)?;
-        if let Err(e) = self.device.map(base, 0, mapped) {
-            // Nothing is mapped: giving the range back cannot leave memory behind, and a
-            // failure to do so only leaks address space, so the map error is the one to report.
-            let _ = self.device.release(base, virtual_size);
-            return Err(grow_error(e));
-        }
-        let id = self.new_segment(pool, base, Some(virtual_size), mapped);
-        self.st.mapped_bytes += mapped;
-        Ok(self.take((mapped, id, 0), rounded))
-    }
 }
 
 /// The trace event of `handle`, allocated for a request of `bytes`.
@@ -1112,80 +712,4 @@ fn alloc_event(handle: &BlockHandle, bytes: u64) -> TraceEvent {
         address: handle.address,
         size: handle.size,
     }
-}
-
-/// Free blocks of one segment that a release under the growth limit leaves mapped: those
-/// around the unmapped range the request will be mapped into.
-#[derive(Debug, Clone, Copy)]
-struct KeptRange {
-    segment: u64,
-    start: u64,
-    end: u64,
-}
-
-/// The unmapped range of an expandable segment that takes a request with the least growth.
-#[derive(Debug, Clone, Copy)]
-struct BestGap {
-    /// Granule-rounded bytes to map.
-    growth: u64,
-    /// Offset in the segment where they go.
-    at: u64,
-    /// The gap with the free blocks around it.
-    kept: KeptRange,
-}
-
-/// An unmapped range of an expandable segment: a gap between mapped blocks, or the rest of
-/// its address range after the last one.
-#[derive(Debug, Clone, Copy)]
-struct UnmappedGap {
-    start: u64,
-    end: u64,
-    /// Size of the free block that ends at `start`, 0 if none.
-    free_before: u64,
-    /// Size of the free block that starts at `end`, 0 if none.
-    free_after: u64,
-}
-
-impl UnmappedGap {
-    /// Granule-rounded bytes to map at `start` so that, merged with the free blocks touching
-    /// it, a block of `rounded` bytes forms; `None` if the gap cannot give that much.
-    fn growth_for(&self, rounded: u64, granularity: u64) -> Option<u64> {
-        let need = rounded.checked_sub(self.free_before).filter(|&n| n > 0)?;
-        let len = self.end - self.start;
-        match need.checked_next_multiple_of(granularity) {
-            Some(growth) if growth <= len => Some(growth),
-            // Mapping all of it joins the free block after it.
-            _ if need <= len + self.free_after => Some(len),
-            _ => None,
-        }
-    }
-}
-
-/// The unmapped ranges of an expandable segment spanning `virtual_size` bytes, in address
-/// order.
-fn unmapped_gaps(seg: &Segment, virtual_size: u64) -> Vec<UnmappedGap> {
-    let mut gaps = Vec::new();
-    let mut cursor = 0;
-    let mut free_before = 0;
-    for (&offset, block) in &seg.blocks {
-        if offset > cursor {
-            gaps.push(UnmappedGap {
-                start: cursor,
-                end: offset,
-                free_before,
-                free_after: if block.live.is_none() { block.size } else { 0 },
-            });
-        }
-        cursor = offset + block.size;
-        free_before = if block.live.is_none() { block.size } else { 0 };
-    }
-    if virtual_size > cursor {
-        gaps.push(UnmappedGap {
-            start: cursor,
-            end: virtual_size,
-            free_before,
-            free_after: 0,
-        });
-    }
-    gaps
 }
