@@ -67,7 +67,7 @@ const LINE_EVERY: Duration = Duration::from_secs(10);
 
 /// Turns successive counts into progress messages: a message whenever kernels were compiled
 /// since the last look, and a "line" (for a log without a drawn bar) only after compilation
-/// has gone on for a while, then at most every [`LINE_EVERY`], so a warm run prints nothing.
+/// has gone on for a while, then at most every ten seconds, so a warm run prints nothing.
 #[derive(Debug)]
 pub struct CompileMessages {
     base: KernelCounts,
