@@ -761,7 +761,7 @@ mod tests {
     }
 
     #[test]
-    fn auto_moves_only_16_bit_products_to_the_library() {
+    fn auto_moves_16_bit_products_and_f32_on_tf32_cores_to_the_library() {
         for cores in [false, true] {
             assert_eq!(Products::Auto.blas_for(DType::BF16, cores), Some(false));
             assert_eq!(Products::Auto.blas_for(DType::F16, cores), Some(false));
