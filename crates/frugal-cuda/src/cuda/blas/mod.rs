@@ -6,6 +6,11 @@
 //! The library is loaded at run time (`libcublasLt.so`); where it is missing, [`gemm`] says so
 //! and the caller keeps CubeCL's kernels. Descriptors and the chosen algorithm are cached per
 //! shape, layout and alignment, so a training step's repeated products pay the heuristic once.
+//!
+//! This file is the library's wrapper and needs nothing of the server; the server's side of a
+//! product (the bindings, the workspace, its error state) is `products.rs`.
+
+mod products;
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -178,7 +183,7 @@ impl Plan {
 }
 
 /// A server's cuBLASLt handle and its plans.
-pub(crate) struct BlasLt {
+pub(super) struct BlasLt {
     handle: sys::cublasLtHandle_t,
     plans: HashMap<PlanKey, Plan>,
 }
@@ -200,15 +205,15 @@ impl Drop for BlasLt {
 }
 
 /// Device addresses of one product's buffers.
-pub(crate) struct GemmBuffers {
-    pub(crate) lhs: u64,
-    pub(crate) rhs: u64,
-    pub(crate) out: u64,
+struct GemmBuffers {
+    lhs: u64,
+    rhs: u64,
+    out: u64,
 }
 
 impl BlasLt {
     /// Loads the library and makes a handle in the current context.
-    pub(crate) fn new() -> Result<BlasLt, GemmError> {
+    fn new() -> Result<BlasLt, GemmError> {
         if !blas_available() {
             return Err(GemmError::Unavailable(
                 "libcublasLt.so was not found on the library path".into(),
@@ -222,11 +227,7 @@ impl BlasLt {
     }
 
     /// The workspace bytes `shape`'s algorithm needs for these buffers (making its plan).
-    pub(crate) fn workspace(
-        &mut self,
-        shape: &GemmShape,
-        buffers: &GemmBuffers,
-    ) -> Result<usize, GemmError> {
+    fn workspace(&mut self, shape: &GemmShape, buffers: &GemmBuffers) -> Result<usize, GemmError> {
         let key = Self::key(shape, buffers);
         if let Some(plan) = self.plans.get(&key) {
             return Ok(plan.workspace);
@@ -255,7 +256,7 @@ impl BlasLt {
     /// The addresses hold the operands and output `shape` describes, the workspace holds the
     /// bytes [`Self::workspace`] returned, and they stay allocated until the stream passes
     /// the product.
-    pub(crate) unsafe fn run(
+    unsafe fn run(
         &mut self,
         shape: &GemmShape,
         buffers: &GemmBuffers,
