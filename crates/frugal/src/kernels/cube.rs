@@ -1,19 +1,15 @@
 //! The CubeCL side of the cast: downcasts of the primitive, the kernel's launch, and the
-//! fusion custom operation.
+//! fusion custom operation (through `super::custom::register_fused`).
 
 use std::any::Any;
-use std::marker::PhantomData;
 use std::sync::atomic::Ordering::Relaxed;
 
 use burn_backend::{DType, FloatDType, ops::FloatTensorOps};
 use burn_cubecl::{CubeBackend, CubeRuntime, fusion::FusionCubeRuntime, tensor::CubeTensor};
-use burn_fusion::{
-    FusionRuntime, FusionTensor,
-    stream::{Operation, OperationStreams},
-};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use burn_fusion::FusionTensor;
 use frugal_kernels::FloatDtype;
 
+use super::custom::register_fused;
 use super::{CASTS, CastPurpose, FUSED_CASTS, KernelMode};
 use crate::runtime::each_runtime;
 
@@ -108,44 +104,16 @@ fn cast_fused<R: CubeRuntime>(
     tensor: FusionTensor<FusionCubeRuntime<R>>,
     dtype: DType,
 ) -> FusionTensor<FusionCubeRuntime<R>> {
-    let client = tensor.client.clone();
-    let streams = OperationStreams::with_inputs([&tensor]);
-    let output = TensorIr::uninit(client.create_empty_handle(), tensor.shape.clone(), dtype);
-    let desc = CustomOpIr::new("frugal_cast", &[tensor.into_ir()], &[output]);
+    let output = (tensor.shape.clone(), dtype);
     FUSED_CASTS.fetch_add(1, Relaxed);
-    client
-        .register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            FusedCast::<R> {
-                desc,
-                dtype,
-                _runtime: PhantomData,
-            },
-        )
-        .into_iter()
-        .next()
-        .expect("one output")
-}
-
-/// The fusion custom operation of [`cast_fused`].
-#[derive(Debug)]
-struct FusedCast<R> {
-    desc: CustomOpIr,
-    dtype: DType,
-    _runtime: PhantomData<fn() -> R>,
-}
-
-impl<R: CubeRuntime> Operation<FusionCubeRuntime<R>> for FusedCast<R> {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
-    ) {
-        let ([input], [output]) = self.desc.as_fixed();
-        let tensor = handles.get_float_tensor::<Cube<R>>(input);
+    register_fused("frugal_cast", vec![tensor], vec![output], move |inputs| {
+        let [tensor]: [CubeTensor<R>; 1] = inputs.try_into().expect("one input");
         // A strided input (fusion may hand back a view) goes through CubeCL's own cast.
-        let out = cast_direct(&tensor, self.dtype)
-            .unwrap_or_else(|| Cube::<R>::float_cast(tensor, FloatDType::from(self.dtype)));
-        handles.register_float_tensor::<Cube<R>>(&output.id, out);
-    }
+        let out = cast_direct(&tensor, dtype)
+            .unwrap_or_else(|| Cube::<R>::float_cast(tensor, FloatDType::from(dtype)));
+        vec![out]
+    })
+    .into_iter()
+    .next()
+    .expect("one output")
 }

@@ -2,7 +2,8 @@
 //! says which outputs it makes from which inputs and launches on `CubeTensor`s; this module
 //! downcasts the inner backend's primitives (with or without fusion) and, under fusion,
 //! registers the call as one custom operation of the stream after checking that it will
-//! launch.
+//! launch. Calls that do their own downcasts (the cast, the embedding backward, the products,
+//! the optimizer step, the unscale) register through [`register_fused`] too.
 
 use std::any::{Any, TypeId};
 use std::fmt::Debug;
@@ -84,51 +85,108 @@ fn register<R: CubeRuntime, C: CubeCall>(
     if !call.device_takes::<R>(client.device(), &described) {
         return None;
     }
-    let streams = OperationStreams::with_inputs(inputs);
-    let outputs: Vec<TensorIr> = outputs
-        .into_iter()
-        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
-        .collect();
-    let irs: Vec<TensorIr> = inputs.iter().map(|t| t.clone().into_ir()).collect();
-    let desc = CustomOpIr::new(C::NAME, &irs, &outputs);
-    Some(client.register(
-        streams,
-        OperationIr::Custom(desc.clone()),
-        FusedCall::<R, C> {
-            desc,
-            call: call.clone(),
-            _runtime: PhantomData,
+    let call = call.clone();
+    Some(register_fused(
+        C::NAME,
+        inputs.to_vec(),
+        outputs,
+        move |inputs: Vec<CubeTensor<R>>| {
+            call.launch(&inputs).unwrap_or_else(|| {
+                panic!(
+                    "frugal: kernel `{}` refused a call that was checked when it was registered",
+                    C::NAME
+                )
+            })
         },
     ))
 }
 
-/// The fusion custom operation of [`register`].
-#[derive(Debug)]
-struct FusedCall<R, C> {
+/// Registers one custom operation named `name` on the fusion stream of `inputs`: its outputs
+/// are new tensors of the given shapes and dtypes, and when fusion runs it, `run` gets the
+/// inputs as the `CubeTensor`s fusion holds by then and returns the outputs in that order.
+/// Every fused call goes through here, so that the streams, the descriptions and the handles
+/// are done one way. The inputs are consumed: a caller that keeps its tensors passes clones,
+/// so that fusion marks them read-only rather than writable in place.
+pub(crate) fn register_fused<R, F>(
+    name: &'static str,
+    inputs: Vec<FusionTensor<FusionCubeRuntime<R>>>,
+    outputs: Vec<(Shape, DType)>,
+    run: F,
+) -> Vec<FusionTensor<FusionCubeRuntime<R>>>
+where
+    R: CubeRuntime,
+    F: Fn(Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> + Send + Sync + 'static,
+{
+    let client = inputs
+        .first()
+        .expect("a fused call has inputs")
+        .client
+        .clone();
+    let streams = OperationStreams::with_inputs(&inputs);
+    let outputs: Vec<TensorIr> = outputs
+        .into_iter()
+        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
+        .collect();
+    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(name, &irs, &outputs);
+    client.register(
+        streams,
+        OperationIr::Custom(desc.clone()),
+        FusedOp::<R, F> {
+            desc,
+            run,
+            _runtime: PhantomData,
+        },
+    )
+}
+
+/// The fusion custom operation of [`register_fused`].
+struct FusedOp<R, F> {
     desc: CustomOpIr,
-    call: C,
+    run: F,
     _runtime: PhantomData<fn() -> R>,
 }
 
-impl<R: CubeRuntime, C: CubeCall> Operation<FusionCubeRuntime<R>> for FusedCall<R, C> {
+// Fusion wants its operations `Debug`; a closure is not, and the description names the call.
+impl<R, F> Debug for FusedOp<R, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FusedOp")
+            .field("desc", &self.desc)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R, F> Operation<FusionCubeRuntime<R>> for FusedOp<R, F>
+where
+    R: CubeRuntime,
+    F: Fn(Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> + Send + Sync + 'static,
+{
     fn execute(
         &self,
         handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
     ) {
+        // `Cube<R>`'s float and int accessors are the same today (both hold a `CubeTensor`);
+        // following the dtype keeps ids, 8-bit codes and flags on the int side if that changes.
         let inputs: Vec<CubeTensor<R>> = self
             .desc
             .inputs
             .iter()
-            .map(|ir| handles.get_float_tensor::<Cube<R>>(ir))
+            .map(|ir| {
+                if ir.dtype.is_float() {
+                    handles.get_float_tensor::<Cube<R>>(ir)
+                } else {
+                    handles.get_int_tensor::<Cube<R>>(ir)
+                }
+            })
             .collect();
-        let outputs = self.call.launch(&inputs).unwrap_or_else(|| {
-            panic!(
-                "frugal: kernel `{}` refused a call that was checked when it was registered",
-                C::NAME
-            )
-        });
+        let outputs = (self.run)(inputs);
+        debug_assert_eq!(outputs.len(), self.desc.outputs.len(), "{}", self.desc.id);
         for (tensor, ir) in outputs.into_iter().zip(&self.desc.outputs) {
-            handles.register_float_tensor::<Cube<R>>(&ir.id, tensor);
+            if ir.dtype.is_float() {
+                handles.register_float_tensor::<Cube<R>>(&ir.id, tensor);
+            } else {
+                handles.register_int_tensor::<Cube<R>>(&ir.id, tensor);
+            }
         }
     }
 }

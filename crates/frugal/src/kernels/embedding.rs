@@ -1,21 +1,16 @@
 //! The CubeCL side of an embedding's backward: downcasts of the primitives, the kernel's
 //! launch (`frugal_kernels::embedding_grad_add` into a zeroed f32 table), and the fusion
-//! custom operation.
+//! custom operation (through `super::custom::register_fused`).
 
 use std::any::Any;
-use std::marker::PhantomData;
 use std::sync::atomic::Ordering::Relaxed;
 
 use burn_backend::{DType, Shape};
 use burn_cubecl::{CubeRuntime, fusion::FusionCubeRuntime, tensor::CubeTensor};
-use burn_fusion::{
-    FusionRuntime, FusionTensor,
-    stream::{Operation, OperationStreams},
-};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use burn_fusion::FusionTensor;
 use frugal_kernels::{EmbeddingGradBuffers, FloatDtype, IdDtype};
 
-use super::cube::Cube;
+use super::custom::register_fused;
 use super::{EMBEDDING_BACKWARDS, FUSED_EMBEDDING_BACKWARDS};
 use crate::runtime::each_runtime;
 
@@ -104,44 +99,17 @@ fn fused<R: CubeRuntime>(
     indices: FusionTensor<FusionCubeRuntime<R>>,
     table: [usize; 2],
 ) -> FusionTensor<FusionCubeRuntime<R>> {
-    let client = output_grad.client.clone();
-    let streams = OperationStreams::with_inputs([&output_grad, &indices]);
-    let output = TensorIr::uninit(client.create_empty_handle(), Shape::new(table), DType::F32);
-    let inputs = [output_grad.into_ir(), indices.into_ir()];
-    let desc = CustomOpIr::new("frugal_embedding_backward", &inputs, &[output]);
     FUSED_EMBEDDING_BACKWARDS.fetch_add(1, Relaxed);
-    client
-        .register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            FusedEmbeddingBackward::<R> {
-                desc,
-                table,
-                _runtime: PhantomData,
-            },
-        )
-        .into_iter()
-        .next()
-        .expect("one output")
-}
-
-/// The fusion custom operation of [`fused`].
-#[derive(Debug)]
-struct FusedEmbeddingBackward<R> {
-    desc: CustomOpIr,
-    table: [usize; 2],
-    _runtime: PhantomData<fn() -> R>,
-}
-
-impl<R: CubeRuntime> Operation<FusionCubeRuntime<R>> for FusedEmbeddingBackward<R> {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
-    ) {
-        let ([output_grad, indices], [output]) = self.desc.as_fixed();
-        let output_grad = handles.get_float_tensor::<Cube<R>>(output_grad);
-        let indices = handles.get_int_tensor::<Cube<R>>(indices);
-        let grad = direct(output_grad, indices, self.table);
-        handles.register_float_tensor::<Cube<R>>(&output.id, grad);
-    }
+    register_fused(
+        "frugal_embedding_backward",
+        vec![output_grad, indices],
+        vec![(Shape::new(table), DType::F32)],
+        move |inputs| {
+            let [output_grad, indices]: [CubeTensor<R>; 2] = inputs.try_into().expect("two inputs");
+            vec![direct(output_grad, indices, table)]
+        },
+    )
+    .into_iter()
+    .next()
+    .expect("one output")
 }

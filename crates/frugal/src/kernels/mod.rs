@@ -377,7 +377,7 @@ fn attention_run<B: Backend>(
 mod attention;
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
-mod custom;
+pub(crate) mod custom;
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod layer_norm;

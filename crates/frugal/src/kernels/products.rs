@@ -9,22 +9,18 @@
 //! that is where the layout is decided (and where CubeCL's own product runs if the library
 //! refuses).
 
-use std::marker::PhantomData;
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering::Relaxed;
 
 use burn_backend::ops::{FloatTensorOps, ModuleOps};
 use burn_backend::{DType, Shape};
 use burn_cubecl::{fusion::FusionCubeRuntime, tensor::CubeTensor};
-use burn_fusion::{
-    FusionRuntime, FusionTensor,
-    stream::{Operation, OperationStreams},
-};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use burn_fusion::FusionTensor;
 use frugal_cuda::FrugalCudaRuntime;
 use frugal_cuda::gemm::{GemmDtype, Product, output_shape, plan};
 
 use super::cube::Cube;
+use super::custom::register_fused;
 use super::{BLAS_PRODUCTS, FUSED_BLAS_PRODUCTS, ProductCall, ProductSlot, Products};
 
 type R = FrugalCudaRuntime;
@@ -199,50 +195,17 @@ fn fused(call: ProductCall, inputs: &[Option<Fused>], products: Products) -> Opt
     }
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape.as_slice()).collect();
     let out_shape = output_shape(product(call), &shapes)?;
-    let client = inputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(inputs.iter().copied());
-    let output = TensorIr::uninit(client.create_empty_handle(), Shape::from(out_shape), dtype);
-    let irs: Vec<TensorIr> = inputs.iter().map(|t| (*t).clone().into_ir()).collect();
-    let desc = CustomOpIr::new("frugal_blas_product", &irs, &[output]);
     FUSED_BLAS_PRODUCTS.fetch_add(1, Relaxed);
-    client
-        .register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            FusedProduct {
-                desc,
-                call,
-                products,
-                _runtime: PhantomData,
-            },
-        )
-        .into_iter()
-        .next()
-}
-
-/// The fusion custom operation of [`fused`].
-#[derive(Debug)]
-struct FusedProduct {
-    desc: CustomOpIr,
-    call: ProductCall,
-    products: Products,
-    _runtime: PhantomData<fn() -> R>,
-}
-
-impl Operation<FusionCubeRuntime<R>> for FusedProduct {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
-    ) {
-        let inputs: Vec<Tensor> = self
-            .desc
-            .inputs
-            .iter()
-            .map(|ir| handles.get_float_tensor::<Cube<R>>(ir))
-            .collect();
-        let refs: Vec<&Tensor> = inputs.iter().collect();
-        let out = direct(self.call, &refs, self.products)
-            .unwrap_or_else(|| cube_fallback(self.call, inputs));
-        handles.register_float_tensor::<Cube<R>>(&self.desc.outputs[0].id, out);
-    }
+    register_fused(
+        "frugal_blas_product",
+        inputs.into_iter().cloned().collect(),
+        vec![(Shape::from(out_shape), dtype)],
+        move |inputs: Vec<Tensor>| {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let out = direct(call, &refs, products).unwrap_or_else(|| cube_fallback(call, inputs));
+            vec![out]
+        },
+    )
+    .into_iter()
+    .next()
 }

@@ -8,7 +8,6 @@
 #![allow(clippy::result_large_err)]
 
 use std::any::{Any, TypeId};
-use std::marker::PhantomData;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -16,18 +15,14 @@ use burn_backend::{DType, TensorMetadata, TensorPrimitive};
 use burn_core::tensor::backend::Backend;
 use burn_core::tensor::{Int, Tensor};
 use burn_cubecl::{CubeRuntime, fusion::FusionCubeRuntime, tensor::CubeTensor};
-use burn_fusion::{
-    FusionRuntime, FusionTensor,
-    stream::{Operation, OperationStreams},
-};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use burn_fusion::FusionTensor;
 use cubecl::server::Handle;
 use frugal_kernels::{AdamW8bitBuffers, AdamWBuffers, AdamWScalars, WeightDecay};
 
 use super::qmap::Tables;
 use super::{Decay, QuantizedMoments, Scalars};
 use crate::device::{DeviceState, Storage};
-use crate::kernels::{self, cube::Cube};
+use crate::kernels::{self, custom::register_fused};
 use crate::op::{
     OpId,
     families::{float, int},
@@ -496,43 +491,32 @@ fn step_fused<R: CubeRuntime>(
     ) {
         return Err(inputs);
     }
-    let client = inputs.param.client.clone();
-    let streams = OperationStreams::with_inputs([
-        &inputs.param,
-        &inputs.grad,
-        &inputs.state_1,
-        &inputs.state_2,
-    ]);
-    let out = |t: &FusionTensor<FusionCubeRuntime<R>>| {
-        TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype)
-    };
-    let outputs = [
-        out(&inputs.param),
-        out(&inputs.state_1),
-        out(&inputs.state_2),
-    ];
-    let ins = [
-        inputs.param.into_ir(),
-        inputs.grad.into_ir(),
-        inputs.state_1.into_ir(),
-        inputs.state_2.into_ir(),
-    ];
-    let desc = CustomOpIr::new(launch.kind.op_name(), &ins, &outputs);
+    let outputs = [&inputs.param, &inputs.state_1, &inputs.state_2]
+        .map(|t| (t.shape.clone(), t.dtype))
+        .to_vec();
     match launch.kind {
         Kind::Full { .. } => kernels::FUSED_ADAMW.fetch_add(1, Relaxed),
         Kind::Quantized { .. } => kernels::FUSED_ADAMW8BIT.fetch_add(1, Relaxed),
     };
-    let mut out = client
-        .register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            FusedStep::<R> {
-                desc,
-                launch: launch.clone(),
-                _runtime: PhantomData,
-            },
-        )
-        .into_iter();
+    let launch = launch.clone();
+    let mut out = register_fused(
+        launch.kind.op_name(),
+        vec![inputs.param, inputs.grad, inputs.state_1, inputs.state_2],
+        outputs,
+        move |inputs| {
+            let [param, grad, state_1, state_2]: [CubeTensor<R>; 4] =
+                inputs.try_into().expect("four inputs");
+            let inputs = Inputs {
+                param,
+                grad,
+                state_1,
+                state_2,
+            };
+            let (out, _) = run_kernel(inputs, &launch);
+            vec![out.param, out.state_1, out.state_2]
+        },
+    )
+    .into_iter();
     let (param, state_1, state_2) = (out.next(), out.next(), out.next());
     Ok((
         Outputs {
@@ -544,41 +528,4 @@ fn step_fused<R: CubeRuntime>(
         // outputs are the inputs' successors either way.
         [false; 3],
     ))
-}
-
-/// The fusion custom operation of [`step_fused`].
-#[derive(Debug)]
-struct FusedStep<R> {
-    desc: CustomOpIr,
-    launch: Launch,
-    _runtime: PhantomData<fn() -> R>,
-}
-
-impl<R: CubeRuntime> Operation<FusionCubeRuntime<R>> for FusedStep<R> {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
-    ) {
-        let ([param, grad, state_1, state_2], [param_out, state_1_out, state_2_out]) =
-            self.desc.as_fixed();
-        let quantized = matches!(self.launch.kind, Kind::Quantized { .. });
-        let inputs = Inputs {
-            param: handles.get_float_tensor::<Cube<R>>(param),
-            grad: handles.get_float_tensor::<Cube<R>>(grad),
-            state_1: if quantized {
-                handles.get_int_tensor::<Cube<R>>(state_1)
-            } else {
-                handles.get_float_tensor::<Cube<R>>(state_1)
-            },
-            state_2: handles.get_float_tensor::<Cube<R>>(state_2),
-        };
-        let (out, _) = run_kernel(inputs, &self.launch);
-        handles.register_float_tensor::<Cube<R>>(&param_out.id, out.param);
-        if quantized {
-            handles.register_int_tensor::<Cube<R>>(&state_1_out.id, out.state_1);
-        } else {
-            handles.register_float_tensor::<Cube<R>>(&state_1_out.id, out.state_1);
-        }
-        handles.register_float_tensor::<Cube<R>>(&state_2_out.id, out.state_2);
-    }
 }

@@ -38,18 +38,15 @@ mod cube {
     use std::marker::PhantomData;
     use std::sync::atomic::Ordering::Relaxed;
 
-    use burn_backend::DType;
+    use burn_backend::{DType, Shape};
     use burn_cubecl::{CubeRuntime, fusion::FusionCubeRuntime, tensor::CubeTensor};
-    use burn_fusion::{
-        FusionRuntime, FusionTensor,
-        stream::{Operation, OperationStreams},
-    };
-    use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+    use burn_fusion::FusionTensor;
     use frugal_kernels::FloatDtype;
 
     use crate::kernels::{
         self,
         cube::{Cube, kernel_dtype},
+        custom::register_fused,
     };
     use crate::op::families::float;
     use crate::runtime::each_runtime;
@@ -356,9 +353,9 @@ mod cube {
         tensors: Vec<FusionTensor<FusionCubeRuntime<R>>>,
         inv_scale: f32,
     ) -> Unscaled<FusionTensor<FusionCubeRuntime<R>>> {
-        let Some(client) = tensors.first().map(|t| t.client.clone()) else {
+        if tensors.is_empty() {
             return Err(tensors);
-        };
+        }
         // What the kernels take: f32 or 16-bit, 32-bit lengths, a finite positive factor.
         let takes = |t: &FusionTensor<FusionCubeRuntime<R>>| {
             matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16)
@@ -368,25 +365,14 @@ mod cube {
         if !valid_scale || !tensors.iter().all(takes) {
             return Err(tensors);
         }
-        let streams = OperationStreams::with_inputs(&tensors);
-        let outputs: Vec<TensorIr> = tensors
+        let mut outputs: Vec<(Shape, DType)> = tensors
             .iter()
-            .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), DType::F32))
+            .map(|t| (t.shape.clone(), DType::F32))
             .collect();
-        let flag = TensorIr::uninit(client.create_empty_handle(), [1].into(), DType::U32);
-        let inputs: Vec<TensorIr> = tensors.into_iter().map(|t| t.into_ir()).collect();
-        let mut all_outputs = outputs;
-        all_outputs.push(flag);
-        let desc = CustomOpIr::new("frugal_unscale", &inputs, &all_outputs);
-        let mut out = client.register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            FusedUnscale::<R> {
-                desc,
-                inv_scale,
-                _runtime: PhantomData,
-            },
-        );
+        outputs.push(([1].into(), DType::U32));
+        let mut out = register_fused("frugal_unscale", tensors, outputs, move |tensors| {
+            unscale_registered(tensors, inv_scale)
+        });
         let flag = out.pop().expect("the flag");
         let data = burn_std::future::block_on(
             <burn_fusion::Fusion<Cube<R>> as burn_backend::ops::IntTensorOps<_>>::int_into_data(
@@ -403,66 +389,57 @@ mod cube {
         Ok((out, found.unwrap_or(true)))
     }
 
-    /// The fusion custom operation of [`unscale_fused`].
-    #[derive(Debug)]
-    struct FusedUnscale<R> {
-        desc: CustomOpIr,
+    /// What the custom operation of [`unscale_fused`] runs: the gradients unscaled, then the
+    /// flag (raised if a launch failed, so that the step is skipped).
+    fn unscale_registered<R: CubeRuntime>(
+        inputs: Vec<CubeTensor<R>>,
         inv_scale: f32,
-        _runtime: PhantomData<fn() -> R>,
-    }
-
-    impl<R: CubeRuntime> Operation<FusionCubeRuntime<R>> for FusedUnscale<R> {
-        fn execute(
-            &self,
-            handles: &mut HandleContainer<<FusionCubeRuntime<R> as FusionRuntime>::FusionHandle>,
-        ) {
-            let inputs = &self.desc.inputs;
-            let (outputs, flag_ir) = self.desc.outputs.split_at(inputs.len());
-            let tensors: Vec<CubeTensor<R>> = inputs
-                .iter()
-                .map(|ir| {
-                    let tensor = handles.get_float_tensor::<Cube<R>>(ir);
-                    let usable = |t: &CubeTensor<R>| in_place(t) || widenable(t);
-                    if usable(&tensor) {
-                        return tensor;
-                    }
-                    let tensor = burn_cubecl::kernel::into_contiguous(tensor);
-                    if usable(&tensor) {
-                        return tensor;
-                    }
-                    // An f32 gradient still read elsewhere: scale a copy instead.
-                    let shape = tensor.meta.shape().clone();
-                    let handle = frugal_kernels::copy(
-                        &tensor.client,
-                        &tensor.handle,
-                        shape.num_elements(),
-                        FloatDtype::F32,
-                    )
-                    .expect("dtype and length checked when the operation was registered");
-                    CubeTensor::new_contiguous(
-                        tensor.client.clone(),
-                        tensor.device.clone(),
-                        shape,
-                        handle,
-                        DType::F32,
-                    )
-                })
-                .collect();
-            let client = tensors[0].client.clone();
-            let device = tensors[0].device.clone();
-            let flag = frugal_kernels::FoundInf::new(&client);
-            let (tensors, ok) = unscale_into(&client, tensors, self.inv_scale, &flag);
-            for (tensor, out) in tensors.into_iter().zip(outputs) {
-                handles.register_float_tensor::<Cube<R>>(&out.id, tensor);
-            }
-            // A failed launch raises the flag: the step is skipped.
-            let flag = if ok {
-                flag.handle().clone()
-            } else {
-                client.create_from_slice(&1u32.to_le_bytes())
-            };
-            let flag = CubeTensor::new_contiguous(client, device, [1].into(), flag, DType::U32);
-            handles.register_int_tensor::<Cube<R>>(&flag_ir[0].id, flag);
-        }
+    ) -> Vec<CubeTensor<R>> {
+        let tensors: Vec<CubeTensor<R>> = inputs
+            .into_iter()
+            .map(|tensor| {
+                let usable = |t: &CubeTensor<R>| in_place(t) || widenable(t);
+                if usable(&tensor) {
+                    return tensor;
+                }
+                let tensor = burn_cubecl::kernel::into_contiguous(tensor);
+                if usable(&tensor) {
+                    return tensor;
+                }
+                // An f32 gradient still read elsewhere: scale a copy instead.
+                let shape = tensor.meta.shape().clone();
+                let handle = frugal_kernels::copy(
+                    &tensor.client,
+                    &tensor.handle,
+                    shape.num_elements(),
+                    FloatDtype::F32,
+                )
+                .expect("dtype and length checked when the operation was registered");
+                CubeTensor::new_contiguous(
+                    tensor.client.clone(),
+                    tensor.device.clone(),
+                    shape,
+                    handle,
+                    DType::F32,
+                )
+            })
+            .collect();
+        let client = tensors[0].client.clone();
+        let device = tensors[0].device.clone();
+        let flag = frugal_kernels::FoundInf::new(&client);
+        let (mut tensors, ok) = unscale_into(&client, tensors, inv_scale, &flag);
+        let flag = if ok {
+            flag.handle().clone()
+        } else {
+            client.create_from_slice(&1u32.to_le_bytes())
+        };
+        tensors.push(CubeTensor::new_contiguous(
+            client,
+            device,
+            [1].into(),
+            flag,
+            DType::U32,
+        ));
+        tensors
     }
 }
