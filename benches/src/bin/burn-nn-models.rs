@@ -156,14 +156,21 @@ trait Trainable<B: AutodiffBackend>: AutodiffModule<B> {
     fn loss(&self, step: usize, shrink: usize, device: &B::Device) -> Tensor<B, 1>;
 }
 
-fn tokens<B: Backend>(batch: usize, seq: usize, device: &B::Device) -> Tensor<B, 2, Int> {
-    Tensor::<B, 2>::random(
+/// Random tokens of a language model's batch: the input and, shifted by one, its targets.
+fn tokens<B: Backend>(
+    batch: usize,
+    seq: usize,
+    device: &B::Device,
+) -> (Tensor<B, 2, Int>, Tensor<B, 2, Int>) {
+    let data = Tensor::<B, 2>::random(
         [batch, seq + 1],
         Distribution::Uniform(0.0, VOCAB as f64),
         device,
     )
     .int()
-    .clamp(0, VOCAB as i64 - 1)
+    .clamp(0, VOCAB as i64 - 1);
+    let input = data.clone().slice([0..batch, 0..seq]);
+    (input, data.slice([0..batch, 1..seq + 1]))
 }
 
 fn next_token_loss<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
@@ -179,9 +186,7 @@ fn next_token_loss<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>)
 impl<B: AutodiffBackend> Trainable<B> for EncoderLm<B> {
     fn loss(&self, _step: usize, shrink: usize, device: &B::Device) -> Tensor<B, 1> {
         let (batch, seq) = (32 / shrink, 256);
-        let data = tokens::<B>(batch, seq, device);
-        let input = data.clone().slice([0..batch, 0..seq]);
-        let targets = data.slice([0..batch, 1..seq + 1]);
+        let (input, targets) = tokens::<B>(batch, seq, device);
         let mask = burn::nn::attention::generate_autoregressive_mask::<B>(batch, seq, device);
         let x = self.embed.forward(input);
         let x = self
@@ -214,9 +219,7 @@ impl<B: AutodiffBackend> Trainable<B> for ResNet<B> {
 impl<B: AutodiffBackend> Trainable<B> for LstmLm<B> {
     fn loss(&self, _step: usize, shrink: usize, device: &B::Device) -> Tensor<B, 1> {
         let (batch, seq) = (32 / shrink, 128);
-        let data = tokens::<B>(batch, seq, device);
-        let input = data.clone().slice([0..batch, 0..seq]);
-        let targets = data.slice([0..batch, 1..seq + 1]);
+        let (input, targets) = tokens::<B>(batch, seq, device);
         let x = self.embed.forward(input);
         let (x, _) = self.lower.forward(x, None);
         let (x, _) = self.upper.forward(x, None);
