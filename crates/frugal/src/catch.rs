@@ -53,53 +53,28 @@ struct Others {
 /// the caught panic carries what it returned (its first call's, if the work panicked again
 /// while unwinding).
 ///
-/// The panic hook is the process's: calls on different threads take turns (the second waits
-/// for the first to return), and a call inside another on the same thread nests.
+/// Calls on different threads run side by side (one per device under data parallelism): the
+/// process's panic hook is replaced while any call runs and answers each thread for itself; a
+/// panic on a thread without a call of its own is kept by every call running then. A call
+/// inside another on the same thread nests: the inner one catches.
 pub fn catch_quietly<T, S: Send + 'static>(
     work: impl FnOnce() -> T,
     at_panic: impl Fn() -> S + Send + Sync + 'static,
 ) -> Result<T, CaughtPanic<S>> {
-    thread_local! {
-        static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
-    static TURN: Mutex<()> = Mutex::new(());
-    let _turn = (DEPTH.get() == 0).then(|| TURN.lock().unwrap_or_else(|e| e.into_inner()));
-    DEPTH.set(DEPTH.get() + 1);
-    let result = with_quiet_hook(work, at_panic);
-    DEPTH.set(DEPTH.get() - 1);
-    result
-}
-
-fn with_quiet_hook<T, S: Send + 'static>(
-    work: impl FnOnce() -> T,
-    at_panic: impl Fn() -> S + Send + Sync + 'static,
-) -> Result<T, CaughtPanic<S>> {
-    let previous: Arc<PanicHook> = Arc::new(std::panic::take_hook());
-    let quiet = std::thread::current().id();
+    let read: Arc<Mutex<Option<S>>> = Arc::new(Mutex::new(None));
+    let slot = read.clone();
     let others = Arc::new(Mutex::new(Others::default()));
-    let read = Arc::new(Mutex::new(None));
-    let (sink, read_sink) = (others.clone(), read.clone());
-    std::panic::set_hook(Box::new(move |info| {
-        if std::thread::current().id() == quiet {
-            let mut read = read_sink.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = quiet::enter(
+        Box::new(move || {
+            let mut read = slot.lock().unwrap_or_else(|e| e.into_inner());
             if read.is_none() {
                 *read = Some(at_panic());
             }
-        } else {
-            let mut others = sink.lock().unwrap_or_else(|e| e.into_inner());
-            others.count += 1;
-            if others.messages.len() < OTHER_MESSAGES {
-                others.messages.push(panic_message(info.payload()));
-            }
-        }
-    }));
+        }),
+        others.clone(),
+    );
     let result = catch_unwind(AssertUnwindSafe(work));
-    // Ours is dropped here, releasing its share of the previous hook.
-    drop(std::panic::take_hook());
-    match Arc::try_unwrap(previous) {
-        Ok(hook) => std::panic::set_hook(hook),
-        Err(shared) => std::panic::set_hook(Box::new(move |info| shared(info))),
-    }
+    drop(entry);
     result.map_err(|payload| {
         let others = std::mem::take(&mut *others.lock().unwrap_or_else(|e| e.into_inner()));
         CaughtPanic {
@@ -109,6 +84,106 @@ fn with_quiet_hook<T, S: Send + 'static>(
             other_thread_panics: others.count,
         }
     })
+}
+
+/// The panic hook while any [`catch_quietly`] runs: which threads are quiet, and where other
+/// threads' panics go.
+mod quiet {
+    use super::{OTHER_MESSAGES, Others, PanicHook, panic_message};
+    use std::cell::RefCell;
+    use std::sync::{Arc, Mutex};
+
+    type AtPanic = Box<dyn Fn()>;
+
+    thread_local! {
+        /// This thread's calls, innermost last: a panic here runs the innermost's `at_panic`.
+        static CALLS: RefCell<Vec<AtPanic>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The calls running in the process and the hook that was in place before the first.
+    struct Running {
+        /// Where other threads' panics go: one sink per running call, with its thread.
+        sinks: Vec<(std::thread::ThreadId, Arc<Mutex<Others>>)>,
+        previous: Option<PanicHook>,
+    }
+
+    static RUNNING: Mutex<Running> = Mutex::new(Running {
+        sinks: Vec::new(),
+        previous: None,
+    });
+
+    fn running() -> std::sync::MutexGuard<'static, Running> {
+        RUNNING.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A call's registration, undone when dropped.
+    pub(super) struct Entry {
+        sink: Arc<Mutex<Others>>,
+    }
+
+    pub(super) fn enter(at_panic: AtPanic, sink: Arc<Mutex<Others>>) -> Entry {
+        CALLS.with(|calls| calls.borrow_mut().push(at_panic));
+        let mut running = running();
+        if running.sinks.is_empty() {
+            running.previous = Some(std::panic::take_hook());
+            std::panic::set_hook(Box::new(hook));
+        }
+        running
+            .sinks
+            .push((std::thread::current().id(), sink.clone()));
+        Entry { sink }
+    }
+
+    impl Drop for Entry {
+        fn drop(&mut self) {
+            CALLS.with(|calls| calls.borrow_mut().pop());
+            let mut running = running();
+            running.sinks.retain(|(_, s)| !Arc::ptr_eq(s, &self.sink));
+            if running.sinks.is_empty()
+                && let Some(previous) = running.previous.take()
+            {
+                // Ours is dropped here.
+                drop(std::panic::take_hook());
+                std::panic::set_hook(previous);
+            }
+        }
+    }
+
+    fn hook(info: &std::panic::PanicHookInfo<'_>) {
+        let handled = CALLS.with(|calls| match calls.try_borrow() {
+            Ok(calls) => match calls.last() {
+                Some(at_panic) => {
+                    at_panic();
+                    true
+                }
+                None => false,
+            },
+            Err(_) => true,
+        });
+        if handled {
+            return;
+        }
+        let running = running();
+        if running.sinks.is_empty() {
+            if let Some(previous) = &running.previous {
+                previous(info);
+            }
+            return;
+        }
+        let message = panic_message(info.payload());
+        let this = std::thread::current().id();
+        for (thread, sink) in &running.sinks {
+            // A thread whose own calls have all returned while the hook was still ours.
+            if *thread == this {
+                continue;
+            }
+            let mut others = sink.lock().unwrap_or_else(|e| e.into_inner());
+            others.count += 1;
+            if others.messages.len() < OTHER_MESSAGES {
+                others.messages.push(message.clone());
+            }
+        }
+    }
 }
 
 /// The text of a panic's payload (`String` or `&str`).
@@ -175,5 +250,45 @@ mod tests {
             caught.messages().next().as_deref(),
             Some("the device stopped answering: CallError")
         );
+    }
+
+    #[test]
+    fn calls_on_two_threads_run_side_by_side_and_each_catches_its_own() {
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
+        let (a_in, a_seen) = channel();
+        let (b_in, b_seen) = channel();
+        let wait = Duration::from_secs(20);
+        let a = std::thread::spawn(move || {
+            catch_quietly(
+                || {
+                    a_in.send(()).unwrap();
+                    // Waits inside its call for the other thread to be inside its own.
+                    b_seen
+                        .recv_timeout(wait)
+                        .expect("the other call did not start");
+                    panic!("device 0: out of memory")
+                },
+                || 0u8,
+            )
+        });
+        let b = std::thread::spawn(move || {
+            catch_quietly(
+                || {
+                    b_in.send(()).unwrap();
+                    a_seen
+                        .recv_timeout(wait)
+                        .expect("the other call did not start");
+                    panic!("device 1: out of memory")
+                },
+                || 1u8,
+            )
+        });
+        let a = a.join().expect("caught, not propagated").unwrap_err();
+        let b = b.join().expect("caught, not propagated").unwrap_err();
+        assert_eq!(a.message(), "device 0: out of memory");
+        assert_eq!(a.at_panic, Some(0));
+        assert_eq!(b.message(), "device 1: out of memory");
+        assert_eq!(b.at_panic, Some(1));
     }
 }

@@ -6,6 +6,7 @@
 //! [`Evictable`], the small trait `crate::remat`'s cells implement (as cubecl-runtime's
 //! memory management sees its pools through one trait), so it is tested here on a mock.
 
+mod host_share;
 mod plan;
 mod policy;
 mod stats;
@@ -18,6 +19,7 @@ use crate::ledger::Ledger;
 use crate::op::OpId;
 use crate::units::{LowPrecision, format_bytes};
 
+use host_share::{HostShare, PROCESS_HOST_SHARE};
 pub(crate) use plan::{SegmentEvent, StepPlan};
 pub(crate) use policy::Candidate;
 pub use policy::{Action, EvictionMode, Policy};
@@ -235,10 +237,13 @@ pub(crate) struct Budget {
     forward_segments: AtomicBool,
     /// The storage type of compressed tensors ([`LowPrecision::code`]; 0: none).
     storage: AtomicU8,
-    /// The most bytes offloads may keep in host memory ([`NO_LIMIT`]: none).
+    /// The most bytes this device's offloads may keep in host memory, when the user chose a
+    /// limit ([`NO_LIMIT`]: none).
     host_limit: AtomicU64,
-    /// Whether `host_limit` was chosen by the user (else it follows the host's memory).
+    /// Whether `host_limit` was chosen by the user; else the device's offloads count against
+    /// `host_share`, which every such device shares.
     host_limit_chosen: AtomicBool,
+    host_share: &'static HostShare,
     registry: Mutex<Vec<Weak<dyn Evictable>>>,
     /// The learned step and the reads recorded under it.
     plan: Mutex<StepPlan>,
@@ -264,6 +269,7 @@ impl Default for Budget {
             storage: AtomicU8::new(0),
             host_limit: AtomicU64::new(NO_LIMIT),
             host_limit_chosen: AtomicBool::new(false),
+            host_share: &PROCESS_HOST_SHARE,
             registry: Mutex::new(Vec::new()),
             plan: Mutex::new(StepPlan::default()),
             next_made: AtomicU64::new(0),
@@ -282,15 +288,25 @@ impl Budget {
         self.limit.store(limit.unwrap_or(NO_LIMIT), Relaxed);
     }
 
-    /// The most bytes offloads may keep in host memory, if limited.
+    /// The most bytes offloads may keep in host memory, if limited: the user's limit for
+    /// this device, else the share of the process.
     pub(crate) fn host_limit(&self) -> Option<u64> {
-        let limit = self.host_limit.load(Relaxed);
-        (limit != NO_LIMIT).then_some(limit)
+        if self.host_limit_chosen() {
+            let limit = self.host_limit.load(Relaxed);
+            (limit != NO_LIMIT).then_some(limit)
+        } else {
+            self.host_share.limit()
+        }
     }
 
-    /// Sets the host limit; `chosen`: by the user, so that a new budget keeps it.
+    /// Sets the host limit: `chosen`, the user's for this device (kept by a new budget);
+    /// else the process's share, if no budget set it before.
     pub(crate) fn set_host_limit(&self, limit: Option<u64>, chosen: bool) {
-        self.host_limit.store(limit.unwrap_or(NO_LIMIT), Relaxed);
+        if chosen {
+            self.host_limit.store(limit.unwrap_or(NO_LIMIT), Relaxed);
+        } else if let Some(limit) = limit {
+            self.host_share.limit_once(limit);
+        }
         self.host_limit_chosen.store(chosen, Relaxed);
     }
 
@@ -299,11 +315,24 @@ impl Budget {
         self.host_limit_chosen.load(Relaxed)
     }
 
+    /// The host bytes counted against [`Budget::host_limit`]: this device's offloads under
+    /// the user's limit, else every device's under the process's share.
+    fn host_held(&self) -> u64 {
+        if self.host_limit_chosen() {
+            self.counters.read().host_bytes
+        } else {
+            self.host_share.held()
+        }
+    }
+
     /// Whether `bytes` more fit in host memory beside the `pending` bytes of a batch being
     /// filled.
     fn host_has_room(&self, pending: u64, bytes: u64) -> bool {
-        let held = self.counters.read().host_bytes;
-        held.saturating_add(pending).saturating_add(bytes) <= self.host_limit.load(Relaxed)
+        let limit = self.host_limit().unwrap_or(NO_LIMIT);
+        self.host_held()
+            .saturating_add(pending)
+            .saturating_add(bytes)
+            <= limit
     }
 
     pub(crate) fn policy(&self) -> Policy {
@@ -524,6 +553,7 @@ impl Budget {
         self.counters.add(Counter::offloaded_bytes, bytes);
         let host = self.counters.add(Counter::host_bytes, bytes);
         self.counters.max(Counter::peak_host_bytes, host);
+        self.host_share.add(bytes);
     }
 
     /// A host copy back on the device, taking `elapsed` to hand over.
@@ -549,6 +579,7 @@ impl Budget {
     /// A host copy freed.
     pub(crate) fn host_release(&self, bytes: u64) {
         self.counters.sub(Counter::host_bytes, bytes);
+        self.host_share.sub(bytes);
     }
 
     /// The resident cells of each buffer that several cells share, for the buffers whose every
@@ -663,7 +694,7 @@ impl Budget {
                     format!(
                         " Offloads hold {} of the host memory they may use ({}; \
                          `memory::set_host_limit`).",
-                        format_bytes(self.stats().host_bytes),
+                        format_bytes(self.host_held()),
                         format_bytes(host_limit)
                     )
                 })
@@ -1364,5 +1395,41 @@ mod tests {
             message.contains("of the host memory they may use"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn devices_without_a_chosen_host_limit_share_one() {
+        let share: &'static HostShare = Box::leak(Box::new(HostShare::new()));
+        let (ledger_a, mut budget_a, cells_a) = setup(&[(None, true), (None, true), (None, true)]);
+        let (ledger_b, mut budget_b, _cells_b) = setup(&[(None, true), (None, true), (None, true)]);
+        budget_a.host_share = share;
+        budget_b.host_share = share;
+        budget_a.set_host_limit(Some(1500), false);
+        budget_b.set_host_limit(Some(10_000), false);
+        assert_eq!(
+            budget_b.host_limit(),
+            Some(1500),
+            "the first budget's share stays"
+        );
+        budget_a.set_limit(Some(2000));
+        budget_a.enforce(ledger_a, None, 0);
+        assert_eq!(
+            statuses(&cells_a)
+                .iter()
+                .filter(|s| **s == Status::Offloaded)
+                .count(),
+            1
+        );
+        // Counted once the copy is on the host, as remat's cells do (the mock does not).
+        budget_a.count_offload(1000);
+        assert_eq!(share.held(), 1000);
+        // Alone, device B's offload would fit the share; beside A's it does not.
+        budget_b.set_limit(Some(2000));
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            budget_b.enforce(ledger_b, None, 0)
+        }))
+        .expect_err("A's offload leaves 500 B of the share, B needs 1000");
+        let message = panic.downcast_ref::<String>().expect("a message");
+        assert!(message.contains("Offloads hold 1000 B"), "{message}");
     }
 }

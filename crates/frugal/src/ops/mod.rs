@@ -22,6 +22,8 @@ pub(crate) mod attention;
 mod backend;
 mod bool;
 pub(crate) mod convert;
+#[cfg(feature = "distributed")]
+mod distributed;
 mod float;
 mod int;
 pub(crate) mod layer_norm;

@@ -882,6 +882,12 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
         }
     }
 
+    fn pin(&self) {
+        // Pinned first, so that making room for the restore cannot evict it again.
+        self.core.pins.fetch_add(1, Relaxed);
+        self.ensure_resident();
+    }
+
     fn unpin(&self) {
         if self.core.pins.fetch_sub(1, Relaxed) == 1 {
             self.settle();

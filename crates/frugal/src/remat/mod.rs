@@ -73,6 +73,10 @@ pub(crate) trait CellDyn: Evictable {
     fn shape_ref(&self) -> &Shape;
     fn add_dependent(&self);
     fn remove_dependent(&self);
+    /// Keeps the cell resident (restored first if needed) until a matching [`CellDyn::unpin`]:
+    /// for a tensor another thread reads through a raw reference (a gradient handed to a
+    /// collective).
+    fn pin(&self);
     /// Ends one restore chain's pin; the last frees the data of a dropped cell nobody needs.
     fn unpin(&self);
     /// Called once when the program's last handle goes: frees the data unless needed.

@@ -211,6 +211,33 @@ impl<P: Clone + 'static> FrugalTensor<P> {
         }
     }
 
+    /// The op that made the buffer the tensor points into.
+    pub(crate) fn made_by(&self) -> OpId {
+        match &self.repr {
+            Repr::Plain { storage, .. } => storage.op,
+            Repr::Managed(handle) => handle.cell.core().info.op,
+        }
+    }
+
+    /// Keeps a managed tensor resident, restoring it first if needed, until [`Self::unpin`];
+    /// false (and nothing to undo) for a plain tensor, which Frugal never evicts.
+    pub(crate) fn pin(&self) -> bool {
+        match &self.repr {
+            Repr::Plain { .. } => false,
+            Repr::Managed(handle) => {
+                handle.cell.pin();
+                true
+            }
+        }
+    }
+
+    /// Ends a [`Self::pin`].
+    pub(crate) fn unpin(&self) {
+        if let Repr::Managed(handle) = &self.repr {
+            handle.cell.unpin();
+        }
+    }
+
     /// Address of the managed cell, if any, to recognise it among a ledger's cells.
     pub(crate) fn cell_address(&self) -> Option<usize> {
         match &self.repr {
