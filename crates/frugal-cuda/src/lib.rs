@@ -17,6 +17,8 @@
 //!   ([`memory_report`], [`set_memory_cap`], [`set_oom_handler`], [`allocator_history`] for
 //!   the segments, blocks and trace behind a PyTorch memory_viz file), and
 //!   [`set_launch_timing`] for the device time of every kernel, product and copy of a step.
+//!   With feature `distributed` (off by default), Burn's data-parallel training: all-reduce
+//!   and GPU-to-GPU copies through NCCL, loaded at run time.
 //! - [`kernel_cache`]: compiled kernels on disk, so a second process skips NVRTC.
 //! - [`gemm`](mod@gemm): matrix products on cuBLASLt (the shapes here; the call, `matmul()`, with
 //!   feature `cuda`).
@@ -120,7 +122,7 @@ pub use cuda::{
     FrugalCudaServer, FrugalCudaUnfused, HeldDeviceMemory, KernelLoads, LaunchTimings, LaunchTotal,
     MemoryReport, allocator_history, allocator_snapshot, blas_available, check_device,
     clear_oom_handler, device_count, hold_device_memory, kernel_loads, matmul, memory_report,
-    record_allocation_trace, reset_peak_memory, set_growth_limit, set_launch_timing,
-    set_memory_cap, set_oom_handler, take_launch_timings, tf32_cores, upload,
+    nccl_available, record_allocation_trace, reset_peak_memory, set_growth_limit,
+    set_launch_timing, set_memory_cap, set_oom_handler, take_launch_timings, tf32_cores, upload,
     write_allocation_trace,
 };

@@ -146,7 +146,14 @@ impl DeviceService for FrugalCudaServer {
         let ctx = KernelContext::new(options, props.clone(), context, arch);
         let policy = PitchedMemoryLayoutPolicy::new(props.memory.alignment as usize);
         let utilities = ServerUtilities::new(props, logger, control.clone(), policy);
-        FrugalCudaServer::new(ctx, registry, &mem_properties, control, utilities)
+        FrugalCudaServer::new(
+            device_id,
+            ctx,
+            registry,
+            &mem_properties,
+            control,
+            utilities,
+        )
     }
 
     fn utilities(&self) -> ServerUtilitiesHandle {

@@ -13,10 +13,12 @@
 //! and the device properties are registered as it registers them ([`init`]), so Burn picks the
 //! same kernels as on `burn::backend::Cuda`. The differences: memory comes from the caching
 //! allocator (best fit, coalescing, expandable segments, a cap, an out-of-memory handler) instead
-//! of CubeCL's fixed pools, and there is one CUDA stream per device instead of one per thread.
-//! Not supported: multi-device communication (NCCL collectives), CubeCL's own on-disk PTX cache
-//! (frugal-cuda keeps its own, [`crate::kernel_cache`]), and the
-//! Blackwell-only tensor-map formats.
+//! of CubeCL's fixed pools, and there is one CUDA stream per device instead of one per thread
+//! (plus one for NCCL's collectives). With feature `distributed`, [`FrugalCuda`] implements
+//! Burn's `DistributedBackend` (all-reduce through NCCL, as cubecl-cuda does), and tensors move
+//! between GPUs through NCCL instead of host memory; NCCL is loaded at run time.
+//! Not supported: CubeCL's own on-disk PTX cache (frugal-cuda keeps its own,
+//! [`crate::kernel_cache`]), and the Blackwell-only tensor-map formats.
 
 mod blas;
 mod compiler;
@@ -32,7 +34,7 @@ pub use compiler::{KernelLoads, kernel_loads};
 pub use hold::{HeldDeviceMemory, hold_device_memory};
 pub use launch_timing::{LaunchTimings, LaunchTotal};
 pub use memory::CudaDeviceMemory;
-pub use server::{FrugalCudaServer, MemoryReport};
+pub use server::{FrugalCudaServer, MemoryReport, nccl_available};
 
 use burn_cubecl::CubeBackend;
 use cubecl_common::device::{Device, DeviceId};
@@ -148,6 +150,16 @@ pub type FrugalCudaUnfused<F = f32, I = i32> = CubeBackend<FrugalCudaRuntime, F,
 /// Burn's backend on [`FrugalCudaRuntime`], with fusion: the counterpart of
 /// `burn::backend::Cuda`, to use as `Autodiff<Frugal<FrugalCuda>>`.
 pub type FrugalCuda<F = f32, I = i32> = burn_fusion::Fusion<FrugalCudaUnfused<F, I>>;
+
+/// What feature `distributed` is for, checked by the compiler: a change of Burn's or CubeCL's
+/// bounds fails this build rather than a user's.
+#[cfg(feature = "distributed")]
+#[allow(dead_code)]
+fn backends_are_distributed() {
+    fn distributed<B: burn_backend::distributed::DistributedBackend>() {}
+    distributed::<FrugalCuda>();
+    distributed::<FrugalCudaUnfused>();
+}
 
 /// Why a device could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]

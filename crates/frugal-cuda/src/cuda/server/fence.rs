@@ -1,6 +1,7 @@
-//! [`Fence`]: an event recorded on the server's stream, for the host to wait on. Syncs, reads,
-//! flushes and the drop queue of upload buffers (flushed by launches too) all wait on one, so it
-//! sits apart from any of them.
+//! [`Fence`]: an event recorded on a stream, for the host to wait on or another stream to wait
+//! for. Syncs, reads, flushes and the drop queue of upload buffers (flushed by launches too) all
+//! wait on one, and the collectives order their stream against the compute stream with them, so
+//! it sits apart from any of them.
 
 use cubecl_common::backtrace::BackTrace;
 use cubecl_core::server::ServerError;
@@ -13,7 +14,8 @@ pub(super) struct Fence {
     event: *mut CUevent_st,
 }
 
-// SAFETY: the event is destroyed exactly once, by the consuming wait; streams are never closed.
+// SAFETY: the event is destroyed exactly once, by the consuming wait or `discard`; streams are
+// never closed.
 unsafe impl Send for Fence {}
 
 impl Fence {
@@ -40,7 +42,29 @@ impl Fence {
         Ok(())
     }
 
-    #[allow(dead_code)]
+    /// Whether the stream has passed the event, without waiting. A failed query (a broken
+    /// context) counts as passed: the error itself comes back from the next sync.
+    pub(super) fn passed(&self) -> bool {
+        // SAFETY: the event was created and recorded by `new` and is not destroyed yet.
+        let queried = unsafe { cudarc::driver::result::event::query(self.event) };
+        !matches!(
+            queried,
+            Err(cudarc::driver::DriverError(
+                cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY
+            ))
+        )
+    }
+
+    /// Destroys the event without waiting for it, where something else already orders what
+    /// follows after it (the driver releases it once the stream passes it).
+    pub(super) fn discard(self) {
+        // SAFETY: created by `new`, consumed here.
+        unsafe {
+            let _ = cudarc::driver::result::event::destroy(self.event);
+        }
+    }
+
+    /// Makes `stream` wait, on the device, for everything queued before the event.
     pub(super) fn wait_async(self, stream: CUstream) {
         // SAFETY: as above; the wait is queued on a live stream.
         unsafe {

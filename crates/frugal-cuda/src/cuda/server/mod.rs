@@ -13,10 +13,12 @@
 //!
 //! This file holds the server's state, its construction, error recording, device reservations
 //! and the `ComputeServer` impl, which delegates to the files beside it: `control.rs` (the
-//! memory API's side channel), `fence.rs` (events the host waits on), `transfers.rs` (host
-//! memory and copies) and `launch.rs` (kernel launches). The cuBLASLt products it queues are in
-//! `cuda/blas/products.rs`, beside the library.
+//! memory API's side channel), `fence.rs` (events the host and streams wait on), `transfers.rs`
+//! (host memory and copies), `launch.rs` (kernel launches) and `collective.rs` (NCCL, on a
+//! stream of its own, and the `ServerCommunication` impl). The cuBLASLt products it queues are
+//! in `cuda/blas/products.rs`, beside the library.
 
+mod collective;
 mod control;
 mod fence;
 mod launch;
@@ -27,6 +29,7 @@ use std::sync::atomic::Ordering;
 
 use cubecl_common::backtrace::BackTrace;
 use cubecl_common::bytes::Bytes;
+use cubecl_common::device::DeviceId;
 use cubecl_common::profile::ProfileDuration;
 use cubecl_common::stream_id::StreamId;
 use cubecl_core::future::{self, DynFut};
@@ -34,7 +37,7 @@ use cubecl_core::ir::MemoryDeviceProperties;
 use cubecl_core::prelude::*;
 use cubecl_core::server::{
     Binding, CopyDescriptor, Handle, IoError, KernelArguments, ProfileError, ProfilingToken,
-    ServerCommunication, ServerError, ServerUtilities,
+    ServerError, ServerUtilities,
 };
 use cubecl_cuda::CudaCompiler;
 use cubecl_runtime::allocator::PitchedMemoryLayoutPolicy;
@@ -57,6 +60,8 @@ use crate::gemm::GemmError;
 use crate::launch_metadata::MetadataCache;
 use crate::storage::{DeviceResource, HandleRegistry};
 
+use collective::Collectives;
+pub use collective::nccl_available;
 pub use control::MemoryReport;
 pub(super) use control::{ControlRequest, MemoryControl};
 use fence::Fence;
@@ -84,10 +89,13 @@ pub struct FrugalCudaServer {
     pub(super) timer: LaunchTimer,
     /// Kernel metadata already on the device.
     metadata: MetadataCache,
+    /// NCCL's stream and communicators, and the buffers of collectives still queued.
+    collective: Collectives,
 }
 
 // SAFETY: the server is driven from one thread at a time (CubeCL's device handle serialises
-// access), and sets its context current on entry.
+// access), and sets its context current on entry. Its streams and NCCL communicators are used
+// only through it, so never from two threads at once.
 unsafe impl Send for FrugalCudaServer {}
 
 fn unhealthy(errors: Vec<ServerError>) -> ServerError {
@@ -99,6 +107,7 @@ fn unhealthy(errors: Vec<ServerError>) -> ServerError {
 
 impl FrugalCudaServer {
     pub(crate) fn new(
+        device: DeviceId,
         ctx: KernelContext,
         mut memory: HandleRegistry<CudaDeviceMemory>,
         mem_props: &MemoryDeviceProperties,
@@ -140,6 +149,7 @@ impl FrugalCudaServer {
             blas: None,
             timer: LaunchTimer::default(),
             metadata: MetadataCache::default(),
+            collective: Collectives::new(device),
         }
     }
 
@@ -290,6 +300,7 @@ impl ComputeServer for FrugalCudaServer {
 
     fn sync(&mut self, _stream_id: StreamId) -> DynFut<Result<(), ServerError>> {
         self.enter();
+        self.release_collectives();
         if let Err(e) = self.take_errors() {
             return Box::pin(async move { Err(e) });
         }
@@ -327,6 +338,7 @@ impl ComputeServer for FrugalCudaServer {
     fn flush(&mut self, _stream_id: StreamId) -> Result<(), ServerError> {
         self.enter();
         self.take_errors()?;
+        self.release_collectives();
         let stream = self.stream;
         self.drop_queue.flush(|| Fence::new(stream));
         self.memory.storage().allocator_mut().flush();
@@ -369,8 +381,4 @@ impl ComputeServer for FrugalCudaServer {
         // Every reservation already gets a block of its own size from the allocator, which is
         // what CubeCL's persistent mode asks for; there is no other mode to switch to.
     }
-}
-
-impl ServerCommunication for FrugalCudaServer {
-    const SERVER_COMM_ENABLED: bool = false;
 }
