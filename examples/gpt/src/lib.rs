@@ -1,22 +1,41 @@
 //! A GPT-style language model trained on `Autodiff<Frugal<B>>`, shared by the `gpt` example
-//! binary and the benches.
+//! binary, the benches and the `ddp` example.
+//!
+//! The model, its data and its training step build on any autodiff backend. The binary's
+//! machinery (devices, flags, checkpoints, reports) is the default feature `app`: it trains on
+//! `Autodiff<Frugal<B>>` for any `B`, which a build with Burn's `distributed` feature (where
+//! autodiff requires collectives of `B`) cannot compile.
 
-pub mod autosave;
-pub mod checkpoint;
-pub mod cli;
-pub mod compile_progress;
 pub mod data;
-pub mod diagnostics;
-pub mod fitting;
-pub mod kernel_profile;
-pub mod logging;
-pub mod memory_settings;
 pub mod model;
-pub mod plot;
-pub mod report;
-pub mod run;
 pub mod train;
 
+#[cfg(feature = "app")]
+pub mod autosave;
+#[cfg(feature = "app")]
+pub mod checkpoint;
+#[cfg(feature = "app")]
+pub mod cli;
+#[cfg(feature = "app")]
+pub mod compile_progress;
+#[cfg(feature = "app")]
+pub mod diagnostics;
+#[cfg(feature = "app")]
+pub mod fitting;
+#[cfg(feature = "app")]
+pub mod kernel_profile;
+#[cfg(feature = "app")]
+pub mod logging;
+#[cfg(feature = "app")]
+pub mod memory_settings;
+#[cfg(feature = "app")]
+pub mod plot;
+#[cfg(feature = "app")]
+pub mod report;
+#[cfg(feature = "app")]
+pub mod run;
+
+#[cfg(feature = "app")]
 pub use memory_settings::MemorySettings;
 pub use model::{Gpt, GptConfig};
 

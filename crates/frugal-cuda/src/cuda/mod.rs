@@ -191,6 +191,13 @@ impl std::error::Error for DeviceUnavailable {}
 
 /// Number of CUDA GPUs, or why the driver is unusable.
 pub fn device_count() -> Result<usize, DeviceUnavailable> {
+    // Asked first: cudarc panics (and the panic prints a backtrace) when it cannot load it.
+    // SAFETY: only tries to open the library, as its first call would.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(DeviceUnavailable::NoDriver(
+            "libcuda could not be loaded".into(),
+        ));
+    }
     let loaded = std::panic::catch_unwind(|| {
         cudarc::driver::result::init()
             .and_then(|()| cudarc::driver::result::device::get_count())

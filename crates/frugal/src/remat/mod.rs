@@ -76,6 +76,7 @@ pub(crate) trait CellDyn: Evictable {
     /// Keeps the cell resident (restored first if needed) until a matching [`CellDyn::unpin`]:
     /// for a tensor another thread reads through a raw reference (a gradient handed to a
     /// collective).
+    #[cfg_attr(not(feature = "distributed"), allow(dead_code))]
     fn pin(&self);
     /// Ends one restore chain's pin; the last frees the data of a dropped cell nobody needs.
     fn unpin(&self);

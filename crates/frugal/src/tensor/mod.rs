@@ -212,6 +212,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
     }
 
     /// The op that made the buffer the tensor points into.
+    #[cfg_attr(not(feature = "distributed"), allow(dead_code))]
     pub(crate) fn made_by(&self) -> OpId {
         match &self.repr {
             Repr::Plain { storage, .. } => storage.op,
@@ -221,6 +222,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
 
     /// Keeps a managed tensor resident, restoring it first if needed, until [`Self::unpin`];
     /// false (and nothing to undo) for a plain tensor, which Frugal never evicts.
+    #[cfg_attr(not(feature = "distributed"), allow(dead_code))]
     pub(crate) fn pin(&self) -> bool {
         match &self.repr {
             Repr::Plain { .. } => false,
@@ -232,6 +234,7 @@ impl<P: Clone + 'static> FrugalTensor<P> {
     }
 
     /// Ends a [`Self::pin`].
+    #[cfg_attr(not(feature = "distributed"), allow(dead_code))]
     pub(crate) fn unpin(&self) {
         if let Repr::Managed(handle) = &self.repr {
             handle.cell.unpin();
