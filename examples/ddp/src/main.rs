@@ -54,9 +54,10 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     warmup: usize,
     /// A memory budget for every GPU (`2GiB`), or one per GPU in `--devices` order
-    /// (`2GiB,3GiB`).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
-    budget: Vec<u64>,
+    /// (`2GiB,3GiB`); `auto`: chosen from each GPU's free memory, the smallest applied to
+    /// every GPU (they run the same step).
+    #[arg(long, value_delimiter = ',', value_parser = parse_budget)]
+    budget: Vec<Budget>,
     /// Transformer blocks.
     #[arg(long, default_value_t = 12)]
     layers: usize,
@@ -103,8 +104,20 @@ enum Runtime {
     FrugalCudaUnfused,
 }
 
-fn parse_size(value: &str) -> Result<u64, String> {
-    frugal::parse_bytes(value).map_err(|e| e.to_string())
+/// One value of `--budget`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Budget {
+    Bytes(u64),
+    Auto,
+}
+
+fn parse_budget(value: &str) -> Result<Budget, String> {
+    match value {
+        "auto" => Ok(Budget::Auto),
+        size => frugal::parse_bytes(size)
+            .map(Budget::Bytes)
+            .map_err(|e| format!("{e} (or `auto`)")),
+    }
 }
 
 /// Marks every parameter as distributed, under its parameter id: what burn-train's DDP
@@ -129,6 +142,7 @@ struct StepOf {
 
 /// What a run measured.
 struct Outcome {
+    budgets: Vec<Option<u64>>,
     losses: Vec<f32>,
     step_ms: Vec<f64>,
     peak_live: Vec<u64>,
@@ -193,6 +207,9 @@ fn check(args: &Args) -> Result<(), String> {
             args.devices.len()
         ));
     }
+    if args.budget.len() > 1 && args.budget.contains(&Budget::Auto) {
+        return Err("--budget auto applies to every GPU: give it alone".into());
+    }
     if args.plain && !args.budget.is_empty() {
         return Err("--plain trains without Frugal, which keeps the budget: drop --budget".into());
     }
@@ -229,12 +246,7 @@ fn run<A: AutodiffBackend + DistributedBackend>(
     let main = devices[0].clone();
     <A as Backend>::seed(&main, args.seed);
     let model = config.init::<A>(&main);
-    for (rank, device) in devices.iter().enumerate() {
-        let budget = match args.budget.len() {
-            0 => None,
-            1 => Some(args.budget[0]),
-            _ => Some(args.budget[rank]),
-        };
+    for (device, budget) in devices.iter().zip(budgets(args, &devices)?) {
         frugal::memory::set_budget(device, budget);
     }
     let sync = gpus > 1 || args.always_sync;
@@ -319,6 +331,37 @@ fn run<A: AutodiffBackend + DistributedBackend>(
     })
 }
 
+/// Each GPU's budget: as given, or `auto`'s smallest over the GPUs, for every GPU.
+fn budgets<D: burn::tensor::backend::DeviceOps + 'static>(
+    args: &Args,
+    devices: &[D],
+) -> Result<Vec<Option<u64>>, String> {
+    Ok(match args.budget.as_slice() {
+        [] => vec![None; devices.len()],
+        [Budget::Auto] => {
+            let mut smallest = u64::MAX;
+            for device in devices {
+                let auto = frugal::memory::auto_budget(device)
+                    .map_err(|e| format!("--budget auto on {device:?}: {e}"))?;
+                smallest = smallest.min(auto.bytes);
+            }
+            eprintln!(
+                "budget auto: {} on every GPU (the smallest GPU's)",
+                frugal::format_bytes(smallest)
+            );
+            vec![Some(smallest); devices.len()]
+        }
+        [Budget::Bytes(bytes)] => vec![Some(*bytes); devices.len()],
+        each => each
+            .iter()
+            .map(|budget| match budget {
+                Budget::Bytes(bytes) => Ok(Some(*bytes)),
+                Budget::Auto => Err("--budget auto applies to every GPU".to_string()),
+            })
+            .collect::<Result<_, _>>()?,
+    })
+}
+
 /// Gathers the GPUs' steps into the run's figures, printing each step as it completes.
 fn collect<D: burn::tensor::backend::DeviceOps + 'static>(
     args: &Args,
@@ -359,6 +402,7 @@ fn collect<D: burn::tensor::backend::DeviceOps + 'static>(
         ));
     }
     Ok(Outcome {
+        budgets: devices.iter().map(frugal::memory::budget).collect(),
         losses: losses
             .iter()
             .map(|l| (l.iter().map(|(_, x)| *x as f64).sum::<f64>() / gpus as f64) as f32)
@@ -387,7 +431,7 @@ fn print_summary(args: &Args, outcome: &Outcome) {
         "devices": args.devices,
         "batch_per_gpu": args.batch,
         "global_batch": global_batch,
-        "budget": args.budget,
+        "budget": outcome.budgets,
         "synced": args.devices.len() > 1 || args.always_sync,
         "plain": args.plain,
         "steps": args.steps,
