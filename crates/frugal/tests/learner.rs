@@ -105,6 +105,29 @@ fn data() -> Vec<Item> {
         .collect()
 }
 
+/// The training loader (batches of 32, shuffled with `seed`) and the validation loader.
+#[allow(clippy::type_complexity)]
+fn loaders(
+    seed: u64,
+) -> (
+    std::sync::Arc<dyn burn::data::dataloader::DataLoader<B, Batch<B>>>,
+    std::sync::Arc<
+        dyn burn::data::dataloader::DataLoader<
+                <B as AutodiffBackend>::InnerBackend,
+                Batch<<B as AutodiffBackend>::InnerBackend>,
+            >,
+    >,
+) {
+    let train = DataLoaderBuilder::new(ItemBatcher)
+        .batch_size(32)
+        .shuffle(seed)
+        .build(InMemDataset::new(data()));
+    let valid = DataLoaderBuilder::new(ItemBatcher)
+        .batch_size(64)
+        .build(InMemDataset::new(data()));
+    (train, valid)
+}
+
 fn mse<B: Backend>(model: &Regressor<B>, device: &B::Device) -> f32 {
     let batch = ItemBatcher.batch(data(), device);
     model.regress(batch).loss.into_scalar().elem::<f32>()
@@ -119,13 +142,7 @@ fn learner_trains_on_frugal() {
         linear: LinearConfig::new(4, 1).init(&device),
     };
     let before = mse(&model.valid(), &device);
-    let train = DataLoaderBuilder::new(ItemBatcher)
-        .batch_size(32)
-        .shuffle(3)
-        .build(InMemDataset::new(data()));
-    let valid = DataLoaderBuilder::new(ItemBatcher)
-        .batch_size(64)
-        .build(InMemDataset::new(data()));
+    let (train, valid) = loaders(3);
     let dir = std::env::temp_dir().join(format!("frugal-learner-{}", std::process::id()));
     let result = SupervisedTraining::new(&dir, train, valid)
         .metric_train_numeric(LossMetric::new())
@@ -203,13 +220,7 @@ fn learner_trains_with_two_workers_under_a_budget() {
         linear: LinearConfig::new(4, 1).init(&device),
     };
     let before = mse(&model.valid(), &device);
-    let train = DataLoaderBuilder::new(ItemBatcher)
-        .batch_size(32)
-        .shuffle(5)
-        .build(InMemDataset::new(data()));
-    let valid = DataLoaderBuilder::new(ItemBatcher)
-        .batch_size(64)
-        .build(InMemDataset::new(data()));
+    let (train, valid) = loaders(5);
     let dir = std::env::temp_dir().join(format!("frugal-learner-multi-{}", std::process::id()));
     memory::reset_peak(&device);
     // Room for both workers' batches, parameters, gradients and moments, and not always for
