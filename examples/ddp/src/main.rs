@@ -40,8 +40,9 @@ struct Args {
     /// GPUs by index, comma-separated (`0,1`). One index trains on one GPU, no collectives.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     devices: Vec<usize>,
-    /// The CUDA runtime under Frugal.
-    #[arg(long, value_enum, default_value = "cuda")]
+    /// The CUDA runtime under Frugal. Without fusion by default: Burn 0.21's fusion makes the
+    /// gradient sync cost several times the step (`docs/results.md`).
+    #[arg(long, value_enum, default_value_t = Runtime::default())]
     runtime: Runtime,
     /// Sequences per GPU per step.
     #[arg(long, default_value_t = 8)]
@@ -102,6 +103,15 @@ enum Runtime {
     /// frugal-cuda's runtime without Burn's fusion.
     #[cfg(feature = "frugal-cuda")]
     FrugalCudaUnfused,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        #[cfg(feature = "frugal-cuda")]
+        return Runtime::FrugalCudaUnfused;
+        #[cfg(not(feature = "frugal-cuda"))]
+        return Runtime::Cuda;
+    }
 }
 
 /// One value of `--budget`.
