@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use burn_backend::distributed::{DistributedBackend, ReduceOperation};
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{DeviceOps, FloatDType, TensorData};
+use burn_backend::{BoolStore, DType, DeviceOps, FloatDType, TensorData};
 use cubecl_common::future::block_on;
 use frugal_cuda::{FrugalCuda, FrugalCudaDevice};
 
@@ -41,6 +41,12 @@ fn two_gpus() -> Option<[FrugalCudaDevice; 2]> {
             None
         }
     }
+}
+
+/// Says which step a test has reached: a collective that waits for ever shows where it stopped
+/// (run with `--nocapture`).
+fn stage(what: &str) {
+    eprintln!("collectives: {what}");
 }
 
 fn floats(tensor: FloatTensor<B>) -> Vec<f32> {
@@ -101,25 +107,44 @@ fn tensors_of_every_kind_move_between_gpus_and_back() {
     // The source is dropped as it is moved. Its block must stay allocated until NCCL has sent
     // it: otherwise the tensors made next on the first device may take it and overwrite it
     // while it is being sent (a race, so this is evidence, not proof).
+    stage("f32 from the first GPU to the second");
     let moved = B::float_to_device(tensor, &second);
     let overwrites: Vec<_> = (0..4)
         .map(|_| B::float_zeros([n].into(), &first, FloatDType::F32))
         .collect();
     assert_eq!(B::float_device(&moved), second);
+    stage("f32 read on the second GPU");
+    assert_eq!(floats(moved.clone()), values);
+    stage("f32 back to the first GPU");
     let back = B::float_to_device(moved, &first);
     assert_eq!(floats(back), values);
     drop(overwrites);
 
+    // A transposed tensor is copied into CubeCL's pitched layout before it moves (rows of
+    // 1000 f32 padded): the padded region moves whole and keeps its strides.
+    let rows: Vec<f32> = (0..3000).map(|i| i as f32 * 0.5).collect();
+    let tensor = B::float_from_data(TensorData::new(rows.clone(), [1000, 3]), &first);
+    stage("a transposed f32 from the first GPU to the second");
+    let moved = B::float_to_device(B::float_transpose(tensor.clone()), &second);
+    stage("the transposed f32 read on the second GPU");
+    assert_eq!(floats(moved), floats(B::float_transpose(tensor)));
+
     // Sent as bytes: integers and booleans move too (cubecl-cuda refuses booleans).
     let ints: Vec<i32> = (0..1000).map(|i| i * 7 - 3000).collect();
     let tensor = B::int_from_data(TensorData::new(ints.clone(), [1000]), &first);
+    stage("i32 from the first GPU to the second");
     let moved = B::int_to_device(tensor, &second);
+    stage("i32 read on the second GPU");
     let data = block_on(B::int_into_data(moved)).expect("the device answers");
     assert_eq!(data.to_vec::<i32>().expect("i32 values"), ints);
 
-    let bools: Vec<bool> = (0..1001).map(|i| i % 3 == 0).collect();
-    let tensor = B::bool_from_data(TensorData::new(bools.clone(), [1001]), &first);
+    // Booleans as CubeCL stores them, one byte each.
+    let bools: Vec<u8> = (0..1001).map(|i| u8::from(i % 3 == 0)).collect();
+    let data = TensorData::from_bytes_vec(bools.clone(), [1001], DType::Bool(BoolStore::U8));
+    let tensor = B::bool_from_data(data, &first);
+    stage("bool from the first GPU to the second");
     let moved = B::bool_to_device(tensor, &second);
+    stage("bool read on the second GPU");
     let data = block_on(B::bool_into_data(moved)).expect("the device answers");
-    assert_eq!(data.to_vec::<bool>().expect("bool values"), bools);
+    assert_eq!(data.as_bytes(), bools.as_slice());
 }

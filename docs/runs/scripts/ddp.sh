@@ -4,7 +4,8 @@
 # torch_best.py), all in one call. Staged in .gpu/: ddp.gz, optionally collectives.gz
 # (frugal-cuda's two-GPU test binary), torch_gpt.py, torch_best.py, and cubecl-cache.tgz if a
 # call left one (frugal-cuda's kernel cache and CubeCL's autotune results).
-# RUNS: tag:limit_s:ddp args (comma-separated), e.g. "one-b16:240:--devices,0,--batch,16".
+# RUNS: tag:limit_s:ddp args (comma-separated; `+` stands for a comma inside a value),
+# e.g. "two-b8:240:--devices,0+1,--batch,8".
 set -u
 cd "$(dirname "$0")"
 export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
@@ -27,14 +28,15 @@ one() { # name limit command...
   timeout $limit "$@" > $R/$name.out 2> $R/$name.err
   echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a $R/summary.txt
 }
-[ -x collectives ] && one collectives 120 ./collectives --test-threads 1
+[ -x collectives ] && NCCL_DEBUG=WARN one collectives 90 ./collectives --test-threads 1 --nocapture
 if [ -z "${SKIP_TORCH:-}" ]; then
   one torch_gpt 120 python3 torch_gpt.py --configs ${TORCH_GPT:-fp32_math}
   one torch_best 200 python3 torch_best.py --configs bf16_compile_amb20
 fi
 for spec in ${RUNS-}; do
   IFS=: read -r tag limit more <<< "$spec"
-  one ddp-$tag $limit ./ddp ${more//,/ }
+  args=${more//,/ }
+  one ddp-$tag $limit ./ddp ${args//+/,}
 done
 tar czf $R/cubecl-cache.tgz -C ../target frugal-cuda-kernels 2>/dev/null
 [ -d target/autotune ] && tar czf $R/autotune.tgz target/autotune

@@ -85,8 +85,12 @@ struct Args {
     optimizer: OptimizerKind,
     /// Syncs the gradients through the collectives even on one GPU (a one-rank all-reduce):
     /// the sync's own cost, and a check of the whole path, on a single GPU.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "never_sync")]
     always_sync: bool,
+    /// Never syncs the gradients: each GPU trains a replica of its own. Not training, a
+    /// measurement: the step on several GPUs at once without the sync's cost.
+    #[arg(long)]
+    never_sync: bool,
     /// Plain Burn: `Autodiff<B>` without Frugal (no budget), the baseline of Frugal's cost.
     #[arg(long)]
     plain: bool,
@@ -255,11 +259,14 @@ fn run<A: AutodiffBackend + DistributedBackend>(
     let config = GptConfig::new(args.vocab, args.seq, args.d_model, args.heads, args.layers);
     let main = devices[0].clone();
     <A as Backend>::seed(&main, args.seed);
-    let model = config.init::<A>(&main);
+    // Parameters are initialised lazily, and each clone of a lazy parameter initialises on its
+    // own, drawing other weights: forked once (initialised, and still parameters that take
+    // gradients), every replica below starts from the same values.
+    let model = config.init::<A>(&main).fork(&main);
     for (device, budget) in devices.iter().zip(budgets(args, &devices)?) {
         frugal::memory::set_budget(device, budget);
     }
-    let sync = gpus > 1 || args.always_sync;
+    let sync = (gpus > 1 || args.always_sync) && !args.never_sync;
     if sync {
         <A as DistributedBackend>::start_communication_server(
             &devices,
@@ -271,13 +278,18 @@ fn run<A: AutodiffBackend + DistributedBackend>(
     let global_batch = args.batch * gpus;
     let barrier = Arc::new(Barrier::new(gpus));
     let (sender, receiver) = channel::<Result<StepOf, String>>();
+    let replicas: Vec<_> = devices
+        .iter()
+        .map(|device| match sync {
+            false => model.clone().fork(device),
+            true => model.clone().fork(device).map(&mut MarkDistributed),
+        })
+        .collect();
+    // The first GPU would hold the original beside its replica for the whole run.
+    drop(model);
     std::thread::scope(|scope| {
-        for (rank, device) in devices.iter().enumerate() {
+        for ((rank, device), replica) in devices.iter().enumerate().zip(replicas) {
             let (barrier, sender) = (barrier.clone(), sender.clone());
-            let replica = match sync {
-                false => model.clone(),
-                true => model.clone().fork(device).map(&mut MarkDistributed),
-            };
             scope.spawn(move || {
                 let caught = frugal::catch_quietly(
                     || {
@@ -442,7 +454,7 @@ fn print_summary(args: &Args, outcome: &Outcome) {
         "batch_per_gpu": args.batch,
         "global_batch": global_batch,
         "budget": outcome.budgets,
-        "synced": args.devices.len() > 1 || args.always_sync,
+        "synced": (args.devices.len() > 1 || args.always_sync) && !args.never_sync,
         "plain": args.plain,
         "steps": args.steps,
         "losses": outcome.losses,

@@ -29,9 +29,10 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
 use std::ffi::{CStr, c_void};
 use std::mem::MaybeUninit;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 
 use cubecl_common::backtrace::BackTrace;
 use cubecl_common::device::DeviceId;
@@ -41,7 +42,6 @@ use cubecl_core::server::{
     Binding, CommunicationId, CopyDescriptor, Handle, ReduceOperation, ServerCommunication,
     ServerError,
 };
-use cubecl_core::zspace::striding::has_contiguous_row_major_strides;
 use cudarc::driver::sys::CUstream;
 use cudarc::nccl::result::{self as nccl, NcclError};
 use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
@@ -203,6 +203,68 @@ fn nccl_elements(dtype: ElemType, bytes: u64) -> Result<(ncclDataType_t, usize),
 }
 
 /// What a failed NCCL call says, with NCCL's own description of the code.
+/// NCCL's switch between connecting peers when a communicator is made (`0`) and at the first
+/// operation of each kind (`1`, the default since NCCL 2.22).
+const RUNTIME_CONNECT: &str = "NCCL_RUNTIME_CONNECT";
+
+/// The value to give `NCCL_RUNTIME_CONNECT`: `0`, unless the user has set it.
+fn runtime_connect_override(current: Option<OsString>) -> Option<&'static str> {
+    match current {
+        None => Some("0"),
+        Some(_) => None,
+    }
+}
+
+/// Makes NCCL connect the peers in `ncclCommInitRank`, which every rank calls at once.
+///
+/// Connected at the first operation of each kind instead, NCCL blocks the calling thread until
+/// the peer makes the same call. CubeCL's client queues an all-reduce on each device's thread
+/// without flushing the queue (`ComputeClient::all_reduce`), so the peer's call may sit in a
+/// queue that only its training thread flushes, while that thread waits for the gradient sync:
+/// a device thread blocked in NCCL there would wait for ever.
+fn connect_peers_at_init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if let Some(value) = runtime_connect_override(std::env::var_os(RUNTIME_CONNECT)) {
+            // SAFETY: `set_var` races with reads of the environment on other threads. It runs
+            // once, before this process's first NCCL call; other device threads making a
+            // communicator wait on the `Once`, and neither Burn nor CubeCL reads the environment
+            // while training. A program that reads it from threads of its own at this time can
+            // set `NCCL_RUNTIME_CONNECT` before it starts, and this does nothing.
+            unsafe { std::env::set_var(RUNTIME_CONNECT, value) };
+        }
+    });
+}
+
+/// The bytes a send moves: the source handle's whole used region, which is what CubeCL's client
+/// sizes the receiving handle for (`ComputeClient::to_client_tensor`), so that the two sides
+/// agree: an NCCL receive waits until all the bytes it was given have come. The tensor keeps
+/// its strides on the other device (burn-cubecl's `to_client`), so a region with padded rows
+/// (CubeCL's pitched layout: 1000 `i32` in 4096 B) moves whole, padding and all.
+fn sent_bytes(desc: &CopyDescriptor) -> Result<u64, String> {
+    let bytes = desc.handle.size_in_used();
+    // The bytes the tensor's shape and strides reach, which the region must hold.
+    let reached = match desc.shape.iter().any(|&extent| extent == 0) {
+        true => 0,
+        false => {
+            let last = desc
+                .shape
+                .iter()
+                .zip(desc.strides.iter())
+                .map(|(&extent, &stride)| (extent - 1) * stride)
+                .sum::<usize>();
+            (last as u64 + 1) * desc.elem_size as u64
+        }
+    };
+    if reached > bytes {
+        return Err(format!(
+            "a send of shape {:?} with strides {:?} ({reached} B) from a handle of {bytes} B",
+            desc.shape, desc.strides
+        ));
+    }
+    Ok(bytes)
+}
+
 fn nccl_failed(call: &str, e: NcclError) -> String {
     // SAFETY: NCCL is loaded (the failed call came from it); it returns a static string.
     let text = unsafe {
@@ -328,6 +390,7 @@ impl ServerCommunication for FrugalCudaServer {
         let devices = ranked(&device_ids).map_err(|e| self.collective_error(e))?;
         let rank =
             rank_of(&devices, self.collective.device).map_err(|e| self.collective_error(e))?;
+        connect_peers_at_init();
         let unique_id = unique_ids()
             .get_or_make(&devices, nccl::get_uniqueid)
             .map_err(|e| self.collective_error(nccl_failed("ncclGetUniqueId", e)))?;
@@ -424,18 +487,12 @@ impl ServerCommunication for FrugalCudaServer {
     ) -> Result<(), ServerError> {
         self.enter();
         self.release_collectives();
-        if !has_contiguous_row_major_strides(&desc.shape, &desc.strides) {
-            return Err(self.collective_error(format!(
-                "NCCL sends contiguous buffers only, not shape {:?} with strides {:?}",
-                desc.shape, desc.strides
-            )));
-        }
-        let bytes = desc.shape.iter().product::<usize>() * desc.elem_size;
+        let bytes = sent_bytes(&desc).map_err(|e| self.collective_error(e))?;
         let (comm, peer) = self.pair(device_id_dst)?;
         let source = self
             .resource(desc.handle.clone())
             .map_err(|e| self.collective_failed(e))?;
-        if source.size < bytes as u64 {
+        if source.size < bytes {
             return Err(self.collective_error(format!(
                 "a send of {bytes} B from a buffer of {} B",
                 source.size
@@ -447,7 +504,7 @@ impl ServerCommunication for FrugalCudaServer {
         unsafe {
             nccl::send(
                 source.ptr as *const c_void,
-                bytes,
+                bytes as usize,
                 ncclDataType_t::ncclUint8,
                 peer,
                 comm,
@@ -475,6 +532,7 @@ impl ServerCommunication for FrugalCudaServer {
             .reserve(handle.size())
             .map_err(|e| self.collective_failed(e))?;
         self.bind(reserved, handle.memory.clone());
+        // What the sender sends (`sent_bytes`): CubeCL's client sized this handle so.
         let bytes = handle.size_in_used();
         let binding = handle.binding();
         let target = self
@@ -654,6 +712,52 @@ mod tests {
         assert_eq!(made.get(), 1);
         // Another set gets an id of its own.
         assert_eq!(ids.get_or_make(&[device(0), device(2)], make), Ok(102));
+    }
+
+    fn descriptor(
+        handle: Handle,
+        shape: &[usize],
+        strides: &[usize],
+        elem_size: usize,
+    ) -> CopyDescriptor {
+        handle.copy_descriptor(shape.to_vec().into(), strides.to_vec().into(), elem_size)
+    }
+
+    #[test]
+    fn a_send_moves_what_the_receiving_handle_was_sized_for() {
+        let stream = StreamId { value: 0 };
+        // 1000 i32 in a pitched row of 4096 B: the client sizes the receiving handle by the
+        // source's used size, and the receive waits for all of it.
+        let padded = Handle::new(stream, 4096);
+        assert_eq!(
+            sent_bytes(&descriptor(padded.clone(), &[1000], &[1], 4)),
+            Ok(padded.size_in_used())
+        );
+        // Rows padded to 1024 elements: the region moves whole, padding included.
+        let pitched = Handle::new(stream, 3 * 4096);
+        assert_eq!(
+            sent_bytes(&descriptor(pitched, &[3, 1000], &[1024, 1], 4)),
+            Ok(3 * 4096)
+        );
+        // A slice of a larger buffer: its used size, not the buffer's.
+        let slice = Handle::new(stream, 8192)
+            .offset_start(1024)
+            .offset_end(3072);
+        assert_eq!(sent_bytes(&descriptor(slice, &[1024], &[1], 4)), Ok(4096));
+        // More than the region holds is refused, naming both sizes.
+        let small = Handle::new(stream, 1024);
+        let refused = sent_bytes(&descriptor(small, &[1000], &[1], 4)).unwrap_err();
+        assert!(
+            refused.contains("4000 B") && refused.contains("1024 B"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn peers_connect_at_init_unless_the_user_chose() {
+        assert_eq!(runtime_connect_override(None), Some("0"));
+        assert_eq!(runtime_connect_override(Some("1".into())), None);
+        assert_eq!(runtime_connect_override(Some("0".into())), None);
     }
 
     #[test]
