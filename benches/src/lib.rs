@@ -4,6 +4,7 @@ use std::time::Instant;
 
 pub mod chart;
 pub mod configs;
+pub mod peak_memory;
 
 /// Median of a slice of numbers (sorted in place).
 pub fn median(values: &mut [f64]) -> f64 {

@@ -1,0 +1,229 @@
+//! Probes of frugal-cuda's driver, kernels and allocator: what a step asked of them. Each
+//! one answers `None` (or does nothing) on other runtimes and in builds without the
+//! `frugal-cuda` feature, so the bench reads them on every device alike.
+
+use serde::Serialize;
+
+/// Kernels frugal-cuda made ready during one step.
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct KernelsInStep {
+    /// Kernels compiled with NVRTC.
+    pub compiled: u64,
+    /// Kernels loaded from NVRTC's disk cache.
+    pub from_disk: u64,
+    /// Time spent generating code and running NVRTC, and loading kernels into the context.
+    pub compile_ms: f64,
+    /// Time spent loading kernels into the context.
+    pub load_ms: f64,
+}
+
+/// frugal-cuda's kernels made ready so far in this process (`None` on other runtimes).
+pub fn kernel_loads(frugal_cuda: bool) -> Option<KernelsInStep> {
+    #[cfg(feature = "frugal-cuda")]
+    if frugal_cuda {
+        let loads = frugal_cuda::kernel_loads();
+        return Some(KernelsInStep {
+            compiled: loads.compiled,
+            from_disk: loads.from_disk,
+            compile_ms: loads.compile_nanos as f64 / 1e6,
+            load_ms: loads.load_nanos as f64 / 1e6,
+        });
+    }
+    let _ = frugal_cuda;
+    None
+}
+
+/// What frugal-cuda's allocator did during one step: a step that maps or waits more than the
+/// others spends its extra time in the driver, not in kernels.
+#[derive(Serialize, Debug, Clone, Copy, Default)]
+pub struct DriverInStep {
+    /// Reservations that found no cached block (CubeCL's free slots handed back first).
+    pub misses: u64,
+    /// Mappings of physical memory into expandable segments, and the time in them.
+    pub maps: u64,
+    pub maps_ms: f64,
+    /// Unmappings of retired granules, and the time in them.
+    pub unmaps: u64,
+    pub unmaps_ms: f64,
+    /// Waits for the device before giving memory back, and the time in them.
+    pub waits: u64,
+    pub waits_ms: f64,
+    /// Bytes mapped into and unmapped from expandable segments (memory moved between
+    /// addresses to keep reserved bytes within the growth limit).
+    pub mapped_bytes: u64,
+    pub unmapped_bytes: u64,
+}
+
+impl DriverInStep {
+    /// The calls made between `before` and `self` (two readings of one allocator).
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            misses: self.misses - before.misses,
+            maps: self.maps - before.maps,
+            maps_ms: self.maps_ms - before.maps_ms,
+            unmaps: self.unmaps - before.unmaps,
+            unmaps_ms: self.unmaps_ms - before.unmaps_ms,
+            waits: self.waits - before.waits,
+            waits_ms: self.waits_ms - before.waits_ms,
+            mapped_bytes: self.mapped_bytes - before.mapped_bytes,
+            unmapped_bytes: self.unmapped_bytes - before.unmapped_bytes,
+        }
+    }
+}
+
+/// frugal-cuda's allocator calls so far on `device` (`None` on other runtimes).
+#[allow(unused_variables)]
+pub fn driver_calls<D: 'static>(device: &D) -> Option<DriverInStep> {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        let report = frugal_cuda::memory_report(device);
+        let times = report.stats.device_times;
+        let ms = |nanos: u64| nanos as f64 / 1e6;
+        return Some(DriverInStep {
+            misses: report.registry.misses,
+            maps: times.maps.count,
+            maps_ms: ms(times.maps.nanos),
+            unmaps: times.unmaps.count,
+            unmaps_ms: ms(times.unmaps.nanos),
+            waits: times.waits.count,
+            waits_ms: ms(times.waits.nanos),
+            mapped_bytes: report.stats.mapped_bytes,
+            unmapped_bytes: report.stats.unmapped_bytes,
+        });
+    }
+    None
+}
+
+/// frugal-cuda's allocator figures for a run.
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct AllocatorFigures {
+    /// The highest bytes reserved from the device since the peaks were reset.
+    pub peak_reserved_bytes: u64,
+    /// The highest bytes handed out in blocks since the peaks were reset.
+    pub peak_allocated_bytes: u64,
+    /// The bytes reserved from the device at the end.
+    pub reserved_bytes: u64,
+    /// Segments the allocator holds at the end.
+    pub segments: u64,
+    /// Allocations asked of the driver.
+    pub device_allocs: u64,
+    /// Reservations asked of the allocator.
+    pub reservations: u64,
+    /// Reservations that found no cached block.
+    pub misses: u64,
+    /// The highest live bytes when a reservation found no cached block.
+    pub peak_live_at_miss_bytes: u64,
+}
+
+/// frugal-cuda's report for `device`, if it is a frugal-cuda device.
+#[allow(unused_variables)]
+pub fn allocator_figures<D: 'static>(device: &D) -> Option<AllocatorFigures> {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        let report = frugal_cuda::memory_report(device);
+        return Some(AllocatorFigures {
+            peak_reserved_bytes: report.stats.peak_reserved_bytes,
+            peak_allocated_bytes: report.stats.peak_allocated_bytes,
+            reserved_bytes: report.stats.reserved_bytes,
+            segments: report.stats.segments,
+            device_allocs: report.stats.device_allocs,
+            reservations: report.registry.reservations,
+            misses: report.registry.misses,
+            peak_live_at_miss_bytes: report.registry.peak_live_at_miss_bytes,
+        });
+    }
+    None
+}
+
+/// Starts recording frugal-cuda's allocator input (`start`) or writes it to `path`, if `device`
+/// is a frugal-cuda device.
+#[allow(unused_variables)]
+pub fn allocator_trace<D: 'static>(device: &D, path: &std::path::Path, start: bool) {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        if start {
+            frugal_cuda::record_allocation_trace(device, true);
+        } else {
+            let events = frugal_cuda::write_allocation_trace(device, path)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+            eprintln!("wrote {events} allocator events to {}", path.display());
+        }
+    }
+}
+
+/// Starts or stops recording frugal-cuda's allocator trace, if `device` is a frugal-cuda
+/// device, so that the memory_viz file has the allocator's own events with its segments.
+#[allow(unused_variables)]
+pub fn record_allocator_history<D: 'static>(device: &D, on: bool) {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        frugal_cuda::record_allocation_trace(device, on);
+    }
+}
+
+/// Resets frugal-cuda's peaks, if `device` is a frugal-cuda device.
+#[allow(unused_variables)]
+pub fn reset_allocator_peaks<D: 'static>(device: &D) {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        frugal_cuda::reset_peak_memory(device);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_s_driver_calls_are_the_difference_of_two_readings() {
+        let before = DriverInStep {
+            misses: 1,
+            maps: 2,
+            maps_ms: 0.5,
+            unmaps: 3,
+            unmaps_ms: 1.0,
+            waits: 4,
+            waits_ms: 2.0,
+            mapped_bytes: 1 << 20,
+            unmapped_bytes: 0,
+        };
+        let after = DriverInStep {
+            misses: 11,
+            maps: 5,
+            maps_ms: 2.0,
+            unmaps: 3,
+            unmaps_ms: 1.5,
+            waits: 7,
+            waits_ms: 2.25,
+            mapped_bytes: 5 << 20,
+            unmapped_bytes: 1 << 20,
+        };
+        let step = after.since(&before);
+        assert_eq!(
+            (step.misses, step.maps, step.unmaps, step.waits),
+            (10, 3, 0, 3)
+        );
+        assert_eq!(
+            (step.maps_ms, step.unmaps_ms, step.waits_ms),
+            (1.5, 0.5, 0.25)
+        );
+        assert_eq!((step.mapped_bytes, step.unmapped_bytes), (4 << 20, 1 << 20));
+    }
+
+    #[test]
+    fn the_probes_answer_nothing_off_frugal_cuda() {
+        assert!(kernel_loads(false).is_none());
+        assert!(driver_calls(&()).is_none());
+        assert!(allocator_figures(&()).is_none());
+    }
+}
