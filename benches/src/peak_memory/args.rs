@@ -187,14 +187,9 @@ pub fn parse_size(value: &str) -> Result<u64, String> {
 impl Args {
     /// The model and batch: `--model`'s, with the single flags given instead of its values.
     pub fn shape(&self) -> ModelShape {
-        let preset = self.model.shape();
-        ModelShape {
-            layers: self.layers.unwrap_or(preset.layers),
-            d_model: self.d_model.unwrap_or(preset.d_model),
-            heads: self.heads.unwrap_or(preset.heads),
-            seq: self.seq.unwrap_or(preset.seq),
-            batch: self.batch.unwrap_or(preset.batch),
-        }
+        self.model
+            .shape()
+            .overridden(self.layers, self.d_model, self.heads, self.seq, self.batch)
     }
 
     /// Whether attention goes through `frugal::nn::attention`.

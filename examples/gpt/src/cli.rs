@@ -123,6 +123,27 @@ pub struct ModelShape {
     pub batch: usize,
 }
 
+impl ModelShape {
+    /// This shape with each value given (the single flags `--layers`, `--d-model`, `--heads`,
+    /// `--seq`, `--batch`) in place of its own.
+    pub fn overridden(
+        self,
+        layers: Option<usize>,
+        d_model: Option<usize>,
+        heads: Option<usize>,
+        seq: Option<usize>,
+        batch: Option<usize>,
+    ) -> Self {
+        Self {
+            layers: layers.unwrap_or(self.layers),
+            d_model: d_model.unwrap_or(self.d_model),
+            heads: heads.unwrap_or(self.heads),
+            seq: seq.unwrap_or(self.seq),
+            batch: batch.unwrap_or(self.batch),
+        }
+    }
+}
+
 /// The precision of matrix products and convolutions (autocast), or of tensors the budget
 /// stores compressed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -482,14 +503,9 @@ pub struct TrainArgs {
 impl TrainArgs {
     /// The model and batch: `--model`'s, with the single flags given instead of its values.
     pub fn shape(&self) -> ModelShape {
-        let preset = self.model.shape();
-        ModelShape {
-            layers: self.layers.unwrap_or(preset.layers),
-            d_model: self.d_model.unwrap_or(preset.d_model),
-            heads: self.heads.unwrap_or(preset.heads),
-            seq: self.seq.unwrap_or(preset.seq),
-            batch: self.batch.unwrap_or(preset.batch),
-        }
+        self.model
+            .shape()
+            .overridden(self.layers, self.d_model, self.heads, self.seq, self.batch)
     }
 
     /// Transformer blocks (see [`Self::shape`]).
