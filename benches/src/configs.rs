@@ -59,7 +59,7 @@ const fn store(mut config: Config) -> Config {
 const THIRD: Option<(u64, u64)> = Some((1, 3));
 
 /// Every configuration the bench knows.
-pub const CONFIGS: [Config; 19] = [
+pub const CONFIGS: [Config; 20] = [
     Config {
         system: System::Plain,
         ..frugal("plain", false, None)
@@ -83,6 +83,7 @@ pub const CONFIGS: [Config; 19] = [
     store(frugal("store-budget-1/3", false, THIRD)),
     bf16(frugal("bf16-lowout", false, None), true),
     bf16(frugal("bf16-lowout-scopes", true, None), true),
+    bf16(frugal("bf16-lowout-budget-1/3", false, THIRD), true),
     store(bf16(
         frugal("bf16-lowout-store-budget-1/3", false, THIRD),
         true,

@@ -6,7 +6,7 @@
 #![allow(rustdoc::invalid_html_tags, rustdoc::bare_urls)]
 
 use clap::{ArgAction, Parser};
-use gpt::cli::{AttentionKind, DeviceKind, ModelPreset, ModelShape, NormKind};
+use gpt::cli::{AttentionKind, DeviceKind, LossKind, ModelPreset, ModelShape, NormKind};
 use gpt::train;
 
 /// Peak memory and speed of the reference GPT step under named configurations.
@@ -23,9 +23,9 @@ pub struct Args {
     /// (Burn's own Autodiff<B, BalancedCheckpointing>); bf16, bf16-scopes (frugal with bf16
     /// autocast); bf16-budget-1/3, bf16-store-budget-1/3 (autocast under the budget, the
     /// latter also storing evicted tensors in bf16); store-budget-1/3 (f32 with bf16 storage);
-    /// bf16-lowout, bf16-lowout-scopes, bf16-lowout-store-budget-1/3 (autocast leaving products
-    /// in bf16, as PyTorch's does); store-budget-1/6-scopes (f32, scopes, and a budget below
-    /// what the scopes leave, met by bf16 storage and eviction).
+    /// bf16-lowout, bf16-lowout-scopes, bf16-lowout-budget-1/3, bf16-lowout-store-budget-1/3
+    /// (autocast leaving products in bf16, as PyTorch's does); store-budget-1/6-scopes (f32,
+    /// scopes, and a budget below what the scopes leave, met by bf16 storage and eviction).
     #[arg(long, default_value = "plain,frugal")]
     pub configs: String,
     /// Run only this configuration in this process (used for the child processes).
@@ -150,6 +150,12 @@ pub struct Args {
     /// written-out is Burn's layer norm (a dozen autodiff nodes) everywhere.
     #[arg(long, value_enum, default_value_t = NormKind::Fused)]
     pub norm: NormKind,
+    /// How every configuration computes the head and the loss: fused is
+    /// `frugal::nn::linear_cross_entropy` (one autodiff node, the rows in chunks, under
+    /// `Autodiff<Frugal<_>>`; written out on plain Burn); written-out is the logits and
+    /// burn-nn's `CrossEntropyLoss` everywhere.
+    #[arg(long, value_enum, default_value_t = LossKind::Fused)]
+    pub loss: LossKind,
     /// The older spelling of --attention fused.
     #[arg(long, hide = true, conflicts_with = "attention")]
     pub fused_attention: bool,

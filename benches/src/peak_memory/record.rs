@@ -73,6 +73,9 @@ pub struct Line {
     pub fused_norm: bool,
     /// Passes of Frugal's layer norm kernels (see `fused_norm`).
     pub layer_norm_kernel_passes: u64,
+    /// Whether the head and the loss went through `frugal::nn::linear_cross_entropy`
+    /// (`--loss fused`).
+    pub fused_loss: bool,
     /// `--attention-path`, and the attention passes (forward and backward) run as products.
     pub attention_path: String,
     /// Attention passes run as products (see `attention_path`).

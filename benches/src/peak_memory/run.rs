@@ -9,7 +9,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use frugal::memory;
 use frugal::{Frugal, RematStats};
 use gpt::GptConfig;
-use gpt::cli::NormKind;
+use gpt::cli::{LossKind, NormKind};
 use gpt::data::random_tokens;
 use gpt::train::{self, Phase};
 
@@ -67,7 +67,8 @@ pub fn run<A: AutodiffBackend>(
         shape.layers,
     )
     .with_fused_attention(args.fused_attention())
-    .with_fused_norm(args.norm == NormKind::Fused);
+    .with_fused_norm(args.norm == NormKind::Fused)
+    .with_fused_loss(args.loss == LossKind::Fused);
     let mut settings = config.memory_settings(budget, args.scopes_keep_products);
     settings.no_plan = args.no_plan;
     settings.recast = args.recast;
@@ -267,6 +268,7 @@ pub fn run<A: AutodiffBackend>(
             - kernels_before.attention_forwards
             - kernels_before.attention_backwards,
         fused_norm: args.norm == NormKind::Fused,
+        fused_loss: args.loss == LossKind::Fused,
         layer_norm_kernel_passes: frugal::kernels::stats().layer_norm_forwards
             + frugal::kernels::stats().layer_norm_backwards
             - kernels_before.layer_norm_forwards

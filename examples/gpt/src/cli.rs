@@ -287,6 +287,19 @@ pub enum NormKind {
     WrittenOut,
 }
 
+/// How the head's logits and the loss are computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LossKind {
+    /// `frugal::nn::linear_cross_entropy`: the head and the cross-entropy as one autodiff node
+    /// under `Autodiff<Frugal<_>>`, the rows in chunks, so the `[tokens, vocabulary]` logits
+    /// never exist at once; the written-out loss without Frugal.
+    #[default]
+    Fused,
+    /// The head's logits, then burn-nn's `CrossEntropyLoss`: the logits, their log-softmax and
+    /// their gradient each whole.
+    WrittenOut,
+}
+
 /// Parses `--store`: `none`, `bf16` or `f16` (f32 means "not stored compressed").
 fn store_precision(value: String) -> Precision {
     match value.as_str() {
@@ -352,6 +365,9 @@ pub struct TrainArgs {
     /// How layer norms are computed.
     #[arg(long, value_enum, default_value_t = NormKind::Fused, help_heading = MODEL)]
     pub norm: NormKind,
+    /// How the head and the loss are computed.
+    #[arg(long, value_enum, default_value_t = LossKind::Fused, help_heading = MODEL)]
+    pub loss: LossKind,
 
     /// Total optimizer steps (a resumed run continues up to this number).
     #[arg(long, default_value_t = 300, help_heading = TRAINING)]

@@ -38,6 +38,11 @@ pub struct GptConfig {
     /// written-out layer norm.
     #[config(default = true)]
     pub fused_norm: bool,
+    /// The head and the loss through [`frugal::nn::linear_cross_entropy`] (one autodiff node
+    /// that never holds the whole logits; the written-out loss on backends without Frugal)
+    /// instead of the logits and burn-nn's `CrossEntropyLoss`.
+    #[config(default = true)]
+    pub fused_loss: bool,
 }
 
 /// A layer norm as the configuration asks: fused or Burn's written-out one.
@@ -126,6 +131,7 @@ pub struct Gpt<B: Backend> {
     ln: LayerNorm<B>,
     head: Linear<B>,
     fused_norm: bool,
+    fused_loss: bool,
 }
 
 impl GptConfig {
@@ -150,6 +156,7 @@ impl GptConfig {
             ln: LayerNormConfig::new(self.d_model).init(device),
             head: LinearConfig::new(self.d_model, self.vocab).init(device),
             fused_norm: self.fused_norm,
+            fused_loss: self.fused_loss,
         }
     }
 
@@ -172,6 +179,11 @@ impl<B: Backend> Gpt<B> {
     /// [`frugal::checkpoint`] scope, so only block inputs and outputs stay on the device until
     /// the backward pass recomputes the rest (on a backend without Frugal it changes nothing).
     pub fn forward_with(&self, tokens: Tensor<B, 2, Int>, checkpoint_blocks: bool) -> Tensor<B, 3> {
+        self.head.forward(self.features(tokens, checkpoint_blocks))
+    }
+
+    /// The final layer norm's output `[batch, seq, d_model]`: what the head reads.
+    fn features(&self, tokens: Tensor<B, 2, Int>, checkpoint_blocks: bool) -> Tensor<B, 3> {
         let [b, t] = tokens.dims();
         let device = tokens.device();
         let positions = Tensor::<B, 1, Int>::arange(0..t as i64, &device)
@@ -188,7 +200,7 @@ impl<B: Backend> Gpt<B> {
                 block.forward(h, causal.clone())
             };
         }
-        self.head.forward(norm(&self.ln, h, self.fused_norm))
+        norm(&self.ln, h, self.fused_norm)
     }
 
     /// Mean cross-entropy of next-token prediction: `targets[b, i]` follows `tokens[b, i]`.
@@ -203,6 +215,17 @@ impl<B: Backend> Gpt<B> {
         targets: Tensor<B, 2, Int>,
         checkpoint_blocks: bool,
     ) -> Tensor<B, 1> {
+        if self.fused_loss {
+            let h = self.features(tokens, checkpoint_blocks);
+            let [b, t, d] = h.dims();
+            return frugal::nn::linear_cross_entropy(
+                h.reshape([b * t, d]),
+                self.head.weight.val(),
+                self.head.bias.as_ref().map(|bias| bias.val()),
+                targets.reshape([b * t]),
+                None,
+            );
+        }
         let logits = self.forward_with(tokens, checkpoint_blocks);
         let [b, t, v] = logits.dims();
         CrossEntropyLossConfig::new()

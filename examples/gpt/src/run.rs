@@ -17,7 +17,7 @@ pub use crate::report::StepLog;
 use crate::Ad;
 use crate::autosave::Autosave;
 use crate::checkpoint::{self, Resumed};
-use crate::cli::{AttentionKind, NormKind};
+use crate::cli::{AttentionKind, LossKind, NormKind};
 use crate::compile_progress;
 use crate::data::{BYTE_VOCAB, Corpus};
 use crate::diagnostics::{
@@ -226,7 +226,8 @@ pub fn train_observed<B: Backend>(
         args.layers(),
     )
     .with_fused_attention(args.attention == AttentionKind::Fused)
-    .with_fused_norm(args.norm == NormKind::Fused);
+    .with_fused_norm(args.norm == NormKind::Fused)
+    .with_fused_loss(args.loss == LossKind::Fused);
     <Ad<B> as Backend>::seed(&device, args.seed);
     // Under a budget too small for the parameters and their first update, creating them
     // panics; say so as for a step.

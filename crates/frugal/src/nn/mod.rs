@@ -1,9 +1,11 @@
 //! Layer 9, neural-network building blocks for models generic over `B: Backend`: attention
 //! that stores no `seq × seq` tensor for the backward pass ([`attention`]) and a drop-in for
 //! burn-nn's `MultiHeadAttention` built on it ([`MultiHeadAttention`]); layer norm as one
-//! autodiff node ([`layer_norm`], [`LayerNorm`]). Owns the public functions and modules; the
-//! implementations are registered by `Frugal<B>` in `crate::ops::attention` and
-//! `crate::ops::layer_norm`, the only modules it imports.
+//! autodiff node ([`layer_norm`], [`LayerNorm`]); a vocabulary head and its cross-entropy that
+//! never hold the whole logits ([`linear_cross_entropy`]). Owns the public functions and
+//! modules; the implementations are registered by `Frugal<B>` in `crate::ops::attention`,
+//! `crate::ops::layer_norm` and `crate::ops::linear_cross_entropy`, the only modules it
+//! imports.
 //!
 //! Under `Autodiff<Frugal<B>>` (either checkpoint strategy) [`attention`] records one autodiff
 //! node that keeps q, k, v, the output and each query row's logsumexp, and computes with
@@ -13,6 +15,7 @@
 //! attention ([`attention_written_out`]), exactly what a model writes by hand today.
 
 mod layer_norm;
+mod linear_cross_entropy;
 mod mha;
 
 use std::any::{Any, TypeId};
@@ -23,6 +26,7 @@ use burn_tensor::{Bool, Tensor};
 use crate::ops::attention::{AttentionArgs, lookup};
 
 pub use layer_norm::{LayerNorm, LayerNormConfig, layer_norm, layer_norm_written_out};
+pub use linear_cross_entropy::{linear_cross_entropy, linear_cross_entropy_written_out};
 pub use mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
 
 /// Masking, bias and scale of an [`attention`] call.

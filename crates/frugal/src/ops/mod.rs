@@ -27,6 +27,7 @@ mod distributed;
 mod float;
 mod int;
 pub(crate) mod layer_norm;
+pub(crate) mod linear_cross_entropy;
 mod module;
 mod qtensor;
 pub(crate) mod registry;

@@ -1,8 +1,8 @@
 //! The registries through which functions generic over any backend (`crate::nn`) find
-//! `Frugal<B>`'s own implementations of composite ops (attention, layer norm): keyed by the
-//! `TypeId` of `Frugal<B>` and of `Autodiff<Frugal<B>, C>`, filled the first time `Frugal<B>`
-//! is asked for a device state from a device argument (every tensor is created from one, so
-//! before any call).
+//! `Frugal<B>`'s own implementations of composite ops (attention, layer norm, a linear layer
+//! with its cross-entropy): keyed by the `TypeId` of `Frugal<B>` and of
+//! `Autodiff<Frugal<B>, C>`, filled the first time `Frugal<B>` is asked for a device state from
+//! a device argument (every tensor is created from one, so before any call).
 
 use std::any::{Any, TypeId};
 use std::sync::RwLock;
@@ -79,6 +79,7 @@ impl<A> Registry<A> {
 pub(crate) fn device_state<B: Backend, D: DeviceOps + 'static>(device: &D) -> &'static DeviceState {
     super::attention::announce::<B>();
     super::layer_norm::announce::<B>();
+    super::linear_cross_entropy::announce::<B>();
     DeviceState::of_device(device)
 }
 

@@ -17,6 +17,7 @@ mod grad_scaler;
 mod kernels;
 mod layers;
 mod ledger_props;
+mod linear_cross_entropy;
 mod memory_viz;
 mod out_of_memory;
 mod planned_budget;

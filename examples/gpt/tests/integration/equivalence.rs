@@ -34,8 +34,8 @@ fn train<B: AutodiffBackend>(
     train_with::<B>(false, checkpoint_blocks, after_phase)
 }
 
-/// As [`train`], with attention and layer norms through `frugal::nn::attention` and
-/// `frugal::nn::layer_norm` if `fused`.
+/// As [`train`], with attention, layer norms and the loss through `frugal::nn::attention`,
+/// `frugal::nn::layer_norm` and `frugal::nn::linear_cross_entropy` if `fused`.
 fn train_with<B: AutodiffBackend>(
     fused: bool,
     checkpoint_blocks: bool,
@@ -46,7 +46,8 @@ fn train_with<B: AutodiffBackend>(
     let (batch, seq) = (4, 32);
     let config = GptConfig::new(BYTE_VOCAB, seq, 32, 4, 2)
         .with_fused_attention(fused)
-        .with_fused_norm(fused);
+        .with_fused_norm(fused)
+        .with_fused_loss(fused);
     let corpus = Corpus::generated(20_000, 1);
     let mut model: Gpt<B> = config.init::<B>(&device);
     let mut optim = train::optimizer::<B>(train::OptimizerKind::AdamW);
@@ -215,8 +216,8 @@ fn fused_attention_follows_the_written_out_losses() {
         written.iter().map(|b| f32::from_bits(*b)).collect(),
         fused.iter().map(|b| f32::from_bits(*b)).collect(),
     );
-    // The block-wise softmax and the layer norm node sum in another order: the losses differ
-    // by rounding only.
+    // The block-wise softmax, the layer norm node and the chunked loss sum in another order:
+    // the losses differ by rounding only.
     for (step, (w, f)) in written.iter().zip(&fused).enumerate() {
         assert!(
             (w - f).abs() <= 1e-4 * w.abs(),

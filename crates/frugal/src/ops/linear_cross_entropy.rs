@@ -1,0 +1,288 @@
+//! A linear layer followed by the mean cross-entropy of its logits, as one autodiff node for
+//! `Autodiff<Frugal<B>, C>`, and its registry entry, through which
+//! `crate::nn::linear_cross_entropy::<B>`, generic over any backend, finds it.
+//!
+//! Written out, a vocabulary head keeps its whole `[rows, vocabulary]` logits, their f32
+//! log-softmax and, in the backward pass, gradients of the same size: on a GPT the largest
+//! tensors of the step. Here the rows go through in chunks: each chunk's logits are made, their
+//! softmax statistics taken in f32, and, when a gradient is wanted, the logits' gradient
+//! (`softmax − one-hot`) multiplied straight away into the input's and the weight's gradients,
+//! as Liger-Kernel's fused linear cross-entropy does. No chunk's logits outlive it. The node
+//! keeps those gradients (the input's size and the weight's), and its backward only scales them
+//! by the loss's gradient over the row count. The products run through `Frugal<B>`'s own
+//! `linear` and `matmul`, so autocast and Frugal's product kernels apply as to any other layer.
+
+use std::any::Any;
+use std::marker::PhantomData;
+
+use burn_autodiff::{
+    Autodiff,
+    checkpoint::{
+        base::Checkpointer,
+        strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing},
+    },
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn_backend::{Backend, DType, TensorMetadata, TensorPrimitive, tensor::FloatTensor};
+use burn_tensor::{Int, Tensor};
+
+use crate::backend::Frugal;
+use crate::ops::convert::cast_to;
+use crate::ops::registry::{Entry, Registry, unbox};
+
+/// One call handed through the registry: the primitives of the caller's backend, boxed, and
+/// the rows per chunk.
+pub(crate) struct LinearCrossEntropyArgs {
+    pub(crate) x: Box<dyn Any>,
+    pub(crate) weight: Box<dyn Any>,
+    pub(crate) bias: Option<Box<dyn Any>>,
+    pub(crate) targets: Box<dyn Any>,
+    pub(crate) chunk_rows: usize,
+}
+
+static REGISTRY: Registry<LinearCrossEntropyArgs> = Registry::new();
+
+/// The implementation registered for the backend with this `TypeId`, if any.
+pub(crate) fn lookup(backend: std::any::TypeId) -> Option<Entry<LinearCrossEntropyArgs>> {
+    REGISTRY.lookup(backend)
+}
+
+/// Registers `Frugal<B>` and `Autodiff<Frugal<B>, C>` (both strategies) once.
+#[inline]
+pub(crate) fn announce<B: Backend>() {
+    REGISTRY.announce::<B>(
+        inference::<B>,
+        autodiff::<B, NoCheckpointing>,
+        autodiff::<B, BalancedCheckpointing>,
+    );
+}
+
+type Prim<B> = FloatTensor<Frugal<B>>;
+type Targets<B> = burn_backend::tensor::IntTensor<Frugal<B>>;
+
+fn tensor<B: Backend, const D: usize>(p: Prim<B>) -> Tensor<Frugal<B>, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+fn prim<B: Backend, const D: usize>(t: Tensor<Frugal<B>, D>) -> Prim<B> {
+    t.into_primitive().tensor()
+}
+
+/// The entry for `Frugal<B>` without autodiff: the loss only.
+fn inference<B: Backend>(args: LinearCrossEntropyArgs) -> Box<dyn Any> {
+    let bias = args.bias.map(|b| tensor::<B, 1>(unbox(b)));
+    let (loss, _) = portable::forward(
+        tensor::<B, 2>(unbox(args.x)),
+        tensor::<B, 2>(unbox(args.weight)),
+        bias,
+        Tensor::<Frugal<B>, 1, Int>::from_primitive(unbox::<Targets<B>>(args.targets)),
+        args.chunk_rows,
+        false,
+    );
+    Box::new(prim(loss))
+}
+
+/// The entry for `Autodiff<Frugal<B>, C>`: one autodiff node, its parents x, the weight and
+/// (when given) the bias.
+fn autodiff<B: Backend, C: CheckpointStrategy>(args: LinearCrossEntropyArgs) -> Box<dyn Any> {
+    type Ad<B, C> = Autodiff<Frugal<B>, C>;
+    let x: FloatTensor<Ad<B, C>> = unbox(args.x);
+    let weight: FloatTensor<Ad<B, C>> = unbox(args.weight);
+    let bias = args.bias.map(unbox::<FloatTensor<Ad<B, C>>>);
+    let targets: Targets<B> = unbox(args.targets);
+    let call = Call::<B> {
+        dtypes: [
+            x.primitive.dtype(),
+            weight.primitive.dtype(),
+            bias.as_ref()
+                .map_or(weight.primitive.dtype(), |b| b.primitive.dtype()),
+        ],
+        x: x.primitive.clone(),
+        weight: weight.primitive.clone(),
+        bias: bias.as_ref().map(|b| b.primitive.clone()),
+        targets,
+        chunk_rows: args.chunk_rows,
+    };
+    let out = match bias {
+        Some(bias) => record::<B, C, 3>([x, weight, bias], call),
+        None => record::<B, C, 2>([x, weight], call),
+    };
+    Box::new(out)
+}
+
+/// One call's inputs, on `Frugal<B>`.
+struct Call<B: Backend> {
+    x: Prim<B>,
+    weight: Prim<B>,
+    bias: Option<Prim<B>>,
+    targets: Targets<B>,
+    chunk_rows: usize,
+    /// The dtypes of the caller's x, weight and bias, which their gradients take.
+    dtypes: [DType; 3],
+}
+
+/// Records the node over its `N` parents and computes the loss (with the gradients when
+/// tracked).
+fn record<B: Backend, C: CheckpointStrategy, const N: usize>(
+    parents: [FloatTensor<Autodiff<Frugal<B>, C>>; N],
+    call: Call<B>,
+) -> FloatTensor<Autodiff<Frugal<B>, C>> {
+    let prep = LinearCrossEntropyBackward::<B, N>(PhantomData)
+        .prepare::<C>(parents.map(|p| p.node))
+        .compute_bound()
+        .stateful();
+    let rows = call.x.shape().dims::<2>()[0];
+    let run = |grads: bool| {
+        portable::forward(
+            tensor::<B, 2>(call.x),
+            tensor::<B, 2>(call.weight),
+            call.bias.map(tensor::<B, 1>),
+            Tensor::<Frugal<B>, 1, Int>::from_primitive(call.targets),
+            call.chunk_rows,
+            grads,
+        )
+    };
+    match prep {
+        OpsKind::Tracked(prep) => {
+            let (loss, grads) = run(true);
+            let grads = grads.expect("frugal: internal error: the gradients were asked for");
+            let saved = Saved {
+                dx: prim(grads.x),
+                dweight: prim(grads.weight),
+                dbias: grads.bias.map(prim),
+                rows,
+                dtypes: call.dtypes,
+            };
+            prep.finish(saved, prim(loss))
+        }
+        OpsKind::UnTracked(prep) => prep.finish(prim(run(false).0)),
+    }
+}
+
+/// The gradients of the summed loss, made by the forward pass.
+#[derive(Clone, Debug)]
+struct Saved<B: Backend> {
+    dx: Prim<B>,
+    dweight: Prim<B>,
+    dbias: Option<Prim<B>>,
+    rows: usize,
+    dtypes: [DType; 3],
+}
+
+/// The backward node: its `N` parents are x, the weight and, when `N` is 3, the bias.
+#[derive(Debug)]
+struct LinearCrossEntropyBackward<B, const N: usize>(PhantomData<fn() -> B>);
+
+impl<B: Backend, const N: usize> Backward<Frugal<B>, N> for LinearCrossEntropyBackward<B, N> {
+    type State = Saved<B>;
+
+    fn backward(self, ops: Ops<Saved<B>, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Frugal<B>>(&ops.node);
+        let saved = ops.state;
+        // The loss is the mean over rows: its gradient over the row count scales the summed
+        // loss's gradients, in f32 whatever their own type.
+        let scale = tensor::<B, 1>(cast_to::<B>(grad, DType::F32)).div_scalar(saved.rows as f64);
+        let [x, weight, bias] = saved.dtypes;
+        let computed = [
+            Some(scaled::<B, 2>(saved.dx, &scale, x)),
+            Some(scaled::<B, 2>(saved.dweight, &scale, weight)),
+            saved.dbias.map(|b| scaled::<B, 1>(b, &scale, bias)),
+        ];
+        for (node, g) in ops.parents.into_iter().zip(computed) {
+            if let (Some(node), Some(g)) = (node, g) {
+                grads.register::<Frugal<B>>(node.id, g);
+            }
+        }
+    }
+}
+
+/// `g · scale` computed in f32 (`scale` is `[1]`), cast to `dtype`.
+fn scaled<B: Backend, const D: usize>(
+    g: Prim<B>,
+    scale: &Tensor<Frugal<B>, 1>,
+    dtype: DType,
+) -> Prim<B> {
+    let g = tensor::<B, D>(cast_to::<B>(g, DType::F32));
+    cast_to::<B>(prim(g * scale.clone().reshape([1; D])), dtype)
+}
+
+/// The chunked arithmetic on any backend's own ops.
+pub(crate) mod portable {
+    use burn_backend::Backend;
+    use burn_backend::tensor::IndexingUpdateOp;
+    use burn_tensor::{FloatDType, Int, Tensor, module::linear};
+
+    /// The gradients of the summed loss: x's in the products' type, the weight's and the
+    /// bias's accumulated in f32.
+    pub(crate) struct Grads<B: Backend> {
+        pub(crate) x: Tensor<B, 2>,
+        pub(crate) weight: Tensor<B, 2>,
+        pub(crate) bias: Option<Tensor<B, 1>>,
+    }
+
+    /// The mean cross-entropy (f32, `[1]`) of `linear(x, weight, bias)` against `targets`, the
+    /// rows `chunk_rows` at a time; with `grads`, also the gradients of the summed (not
+    /// averaged) loss, so that 16-bit products never hold values divided by the row count.
+    pub(crate) fn forward<B: Backend>(
+        x: Tensor<B, 2>,
+        weight: Tensor<B, 2>,
+        bias: Option<Tensor<B, 1>>,
+        targets: Tensor<B, 1, Int>,
+        chunk_rows: usize,
+        grads: bool,
+    ) -> (Tensor<B, 1>, Option<Grads<B>>) {
+        let [rows, _] = x.dims();
+        let device = x.device();
+        let chunk_rows = chunk_rows.clamp(1, rows.max(1));
+        let mut loss: Option<Tensor<B, 1>> = None;
+        let mut dx = Vec::new();
+        let mut dweight: Option<Tensor<B, 2>> = None;
+        let mut dbias: Option<Tensor<B, 2>> = None;
+        for start in (0..rows).step_by(chunk_rows) {
+            let len = chunk_rows.min(rows - start);
+            let xc = x.clone().narrow(0, start, len);
+            let tc = targets.clone().narrow(0, start, len).reshape([len, 1]);
+            let logits = linear(xc.clone(), weight.clone(), bias.clone());
+            let low = logits.dtype();
+            let z = logits.cast(FloatDType::F32);
+            let max = z.clone().max_dim(1);
+            let exp = (z.clone() - max.clone()).exp();
+            let sum = exp.clone().sum_dim(1);
+            let picked = z.gather(1, tc.clone());
+            let part = (sum.clone().log() + max - picked).sum();
+            loss = Some(match loss {
+                Some(l) => l + part,
+                None => part,
+            });
+            if !grads {
+                continue;
+            }
+            let minus_one = Tensor::<B, 2>::full([len, 1], -1.0, &device);
+            let dz = (exp / sum).scatter(1, tc, minus_one, IndexingUpdateOp::Add);
+            let db = dz.clone().sum_dim(0);
+            let dlogits = dz.cast(low);
+            dx.push(dlogits.clone().matmul(weight.clone().transpose()));
+            let dw = xc.transpose().matmul(dlogits).cast(FloatDType::F32);
+            dweight = Some(match dweight {
+                Some(acc) => acc + dw,
+                None => dw,
+            });
+            if bias.is_some() {
+                dbias = Some(match dbias {
+                    Some(acc) => acc + db,
+                    None => db,
+                });
+            }
+        }
+        let loss = loss
+            .unwrap_or_else(|| Tensor::zeros([1], &device))
+            .div_scalar(rows.max(1) as f64);
+        let grads = grads.then(|| Grads {
+            x: Tensor::cat(dx, 0),
+            weight: dweight.expect("at least one row"),
+            bias: dbias.map(|b| b.reshape([-1])),
+        });
+        (loss, grads)
+    }
+}
