@@ -1,6 +1,7 @@
 //! CPU smoke test of the peak-memory bench: it runs, prints one JSON line per configuration
 //! with sane figures, and Frugal's runs (watching, under a third of its peak, with
-//! checkpointed blocks) match plain Burn's loss for loss, bit for bit.
+//! checkpointed blocks) match plain Burn's loss for loss, bit for bit, with the same
+//! written-out loss; with Frugal's fused loss, within rounding.
 
 use std::process::Command;
 
@@ -58,7 +59,12 @@ fn bench_with(device: &str, configs: &str, extra: &[&str]) -> (String, Vec<serde
 
 #[test]
 fn peak_memory_runs_on_the_cpu_with_sane_figures() {
-    let (stdout, lines) = bench("plain,frugal,budget-1/3,frugal-scopes");
+    // Plain Burn has no fused loss: the same written-out loss on both sides, for equal bits.
+    let (stdout, lines) = bench_with(
+        "cpu",
+        "plain,frugal,budget-1/3,frugal-scopes",
+        &["--loss", "written-out"],
+    );
     assert_eq!(lines.len(), 4, "{stdout}");
     let (plain, frugal, budget, scopes) = (&lines[0], &lines[1], &lines[2], &lines[3]);
     assert_eq!(plain["config"], "plain");
@@ -112,6 +118,27 @@ fn peak_memory_runs_on_the_cpu_with_sane_figures() {
         );
     }
     assert!(stdout.contains("vs plain") && stdout.contains("recomp"));
+}
+
+#[test]
+fn the_fused_loss_follows_plain_burns_losses() {
+    // `--loss fused` (the default): Frugal's chunked head and loss against plain Burn's
+    // written-out one, equal but for the order of sums.
+    let (stdout, lines) = bench("plain,frugal");
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[1]["fused_loss"], true);
+    let losses = |line: &serde_json::Value| -> Vec<f64> {
+        let values = line["losses"].as_array().unwrap();
+        values.iter().map(|l| l.as_f64().unwrap()).collect()
+    };
+    let (plain, fused) = (losses(&lines[0]), losses(&lines[1]));
+    assert_eq!(plain.len(), fused.len());
+    for (p, f) in plain.iter().zip(&fused) {
+        assert!(
+            (p - f).abs() <= 1e-4 * p.abs(),
+            "plain {plain:?}, fused {fused:?}"
+        );
+    }
 }
 
 #[test]
