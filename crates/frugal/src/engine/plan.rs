@@ -78,10 +78,10 @@ const SELECTION_SHRINK: f64 = 0.95;
 const SELECTION_AIM: f64 = 0.95;
 /// A selection whose simulated peak no choosable tensor can lower further is still taken if
 /// that peak is within this share of the budget above it: the budget's own evictions cover
-/// the few positions over it (a wide vocabulary's head, whose logits, their log-softmax and
-/// its gradient meet right after the forward pass, where no forward tensor can be dropped
-/// and read back later), for far less than segments replaying the whole forward pass.
-const SELECTION_OVERSHOOT: f64 = 0.2;
+/// the few positions over it. Kept small: what the selection leaves over the budget is what
+/// its own search could not drop, so the budget mostly offloads it, on the device's one
+/// stream, at every step: beyond a few percent that costs more than recomputing segments.
+const SELECTION_OVERSHOOT: f64 = 0.05;
 /// How many of a step's eviction rounds under a plan the log names the position of.
 const PRESSURE_SEEN: usize = 8;
 /// Tensors holding less than the room under the budget divided by this are not selected: a
