@@ -14,15 +14,12 @@
 //! - **The registry** (`crate::ops::registry`): `Frugal<B>` registers its implementations,
 //!   keyed by the `TypeId` of `Frugal<B>` and `Autodiff<Frugal<B>, C>`.
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::marker::PhantomData;
 
 use burn_autodiff::{
     Autodiff,
-    checkpoint::{
-        base::Checkpointer,
-        strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing},
-    },
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
@@ -34,7 +31,7 @@ use crate::backend::Frugal;
 use crate::kernels::{self, AttentionCall};
 use crate::op::families::module::{Op, op};
 use crate::ops::convert::cast_to;
-use crate::ops::registry::{Entry, Registry, unbox};
+use crate::ops::registry::{composite_op_registry, unbox};
 use crate::remat::FloatKind;
 use crate::tensor::FrugalTensor;
 
@@ -49,22 +46,7 @@ pub(crate) struct AttentionArgs {
     pub(crate) scale: f64,
 }
 
-static REGISTRY: Registry<AttentionArgs> = Registry::new();
-
-/// The implementation registered for the backend with this `TypeId`, if any.
-pub(crate) fn lookup(backend: TypeId) -> Option<Entry<AttentionArgs>> {
-    REGISTRY.lookup(backend)
-}
-
-/// Registers `Frugal<B>` and `Autodiff<Frugal<B>, C>` (both strategies) once.
-#[inline]
-pub(crate) fn announce<B: Backend>() {
-    REGISTRY.announce::<B>(
-        inference::<B>,
-        autodiff::<B, NoCheckpointing>,
-        autodiff::<B, BalancedCheckpointing>,
-    );
-}
+composite_op_registry!(AttentionArgs);
 
 type Prim<B> = FloatTensor<Frugal<B>>;
 

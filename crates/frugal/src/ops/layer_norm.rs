@@ -11,15 +11,12 @@
 //! arithmetic on `Frugal<B>`'s own ops (so every tensor it creates is charged, managed and
 //! replayable like any other op's). Autocast follows the policy's entry for `layer_norm`.
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::marker::PhantomData;
 
 use burn_autodiff::{
     Autodiff,
-    checkpoint::{
-        base::Checkpointer,
-        strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing},
-    },
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
@@ -34,7 +31,7 @@ use crate::backend::Frugal;
 use crate::kernels;
 use crate::op::families::module::{Op, op};
 use crate::ops::convert::cast_to;
-use crate::ops::registry::{Entry, Registry, unbox};
+use crate::ops::registry::{composite_op_registry, unbox};
 use crate::remat::FloatKind;
 use crate::tensor::FrugalTensor;
 
@@ -47,22 +44,7 @@ pub(crate) struct LayerNormArgs {
     pub(crate) epsilon: f64,
 }
 
-static REGISTRY: Registry<LayerNormArgs> = Registry::new();
-
-/// The implementation registered for the backend with this `TypeId`, if any.
-pub(crate) fn lookup(backend: TypeId) -> Option<Entry<LayerNormArgs>> {
-    REGISTRY.lookup(backend)
-}
-
-/// Registers `Frugal<B>` and `Autodiff<Frugal<B>, C>` (both strategies) once.
-#[inline]
-pub(crate) fn announce<B: Backend>() {
-    REGISTRY.announce::<B>(
-        inference::<B>,
-        autodiff::<B, NoCheckpointing>,
-        autodiff::<B, BalancedCheckpointing>,
-    );
-}
+composite_op_registry!(LayerNormArgs);
 
 type Prim<B> = FloatTensor<Frugal<B>>;
 

@@ -17,10 +17,7 @@ use std::marker::PhantomData;
 
 use burn_autodiff::{
     Autodiff,
-    checkpoint::{
-        base::Checkpointer,
-        strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing},
-    },
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
@@ -29,7 +26,7 @@ use burn_tensor::{Int, Tensor};
 
 use crate::backend::Frugal;
 use crate::ops::convert::cast_to;
-use crate::ops::registry::{Entry, Registry, unbox};
+use crate::ops::registry::{composite_op_registry, unbox};
 
 /// One call handed through the registry: the primitives of the caller's backend, boxed, and
 /// the rows per chunk.
@@ -41,22 +38,7 @@ pub(crate) struct LinearCrossEntropyArgs {
     pub(crate) chunk_rows: usize,
 }
 
-static REGISTRY: Registry<LinearCrossEntropyArgs> = Registry::new();
-
-/// The implementation registered for the backend with this `TypeId`, if any.
-pub(crate) fn lookup(backend: std::any::TypeId) -> Option<Entry<LinearCrossEntropyArgs>> {
-    REGISTRY.lookup(backend)
-}
-
-/// Registers `Frugal<B>` and `Autodiff<Frugal<B>, C>` (both strategies) once.
-#[inline]
-pub(crate) fn announce<B: Backend>() {
-    REGISTRY.announce::<B>(
-        inference::<B>,
-        autodiff::<B, NoCheckpointing>,
-        autodiff::<B, BalancedCheckpointing>,
-    );
-}
+composite_op_registry!(LinearCrossEntropyArgs);
 
 type Prim<B> = FloatTensor<Frugal<B>>;
 type Targets<B> = burn_backend::tensor::IntTensor<Frugal<B>>;

@@ -74,6 +74,35 @@ impl<A> Registry<A> {
     }
 }
 
+/// Declares a composite op's registry in its module: `lookup`, by which `crate::nn` finds the
+/// implementation for a backend, and `announce::<B>()`, which registers the module's
+/// `inference::<B>` (for `Frugal<B>`) and `autodiff::<B, C>` (for `Autodiff<Frugal<B>, C>`,
+/// both of Burn's checkpoint strategies) once.
+macro_rules! composite_op_registry {
+    ($args:ty) => {
+        static REGISTRY: $crate::ops::registry::Registry<$args> =
+            $crate::ops::registry::Registry::new();
+
+        /// The implementation registered for the backend with this `TypeId`, if any.
+        pub(crate) fn lookup(
+            backend: std::any::TypeId,
+        ) -> Option<$crate::ops::registry::Entry<$args>> {
+            REGISTRY.lookup(backend)
+        }
+
+        /// Registers `Frugal<B>` and `Autodiff<Frugal<B>, C>` (both strategies) once.
+        #[inline]
+        pub(crate) fn announce<B: burn_backend::Backend>() {
+            REGISTRY.announce::<B>(
+                inference::<B>,
+                autodiff::<B, burn_autodiff::checkpoint::strategy::NoCheckpointing>,
+                autodiff::<B, burn_autodiff::checkpoint::strategy::BalancedCheckpointing>,
+            );
+        }
+    };
+}
+pub(crate) use composite_op_registry;
+
 /// The state of `device`, registering `Frugal<B>`'s composite ops first if they are not yet.
 #[inline]
 pub(crate) fn device_state<B: Backend, D: DeviceOps + 'static>(device: &D) -> &'static DeviceState {
