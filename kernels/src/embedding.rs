@@ -17,14 +17,14 @@ pub enum IdDtype {
 }
 
 impl IdDtype {
-    fn size_bytes(self) -> usize {
+    pub(crate) fn size_bytes(self) -> usize {
         match self {
             IdDtype::I32 => 4,
             IdDtype::I64 => 8,
         }
     }
 
-    fn storage_type(self) -> StorageType {
+    pub(crate) fn storage_type(self) -> StorageType {
         let kind = match self {
             IdDtype::I32 => IntKind::I32,
             IdDtype::I64 => IntKind::I64,

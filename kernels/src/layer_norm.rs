@@ -349,7 +349,7 @@ fn check<R: Runtime>(
 }
 
 /// Units per row: a power of two, no more than the row's vectors need or the device allows.
-fn row_units<R: Runtime>(client: &ComputeClient<R>, vectors: usize) -> u32 {
+pub(crate) fn row_units<R: Runtime>(client: &ComputeClient<R>, vectors: usize) -> u32 {
     let max_units = ROW_UNITS.min(client.properties().hardware.max_units_per_cube.max(1));
     let max_units = 1u32 << (31 - max_units.leading_zeros());
     (vectors.next_power_of_two() as u32).clamp(1, max_units)

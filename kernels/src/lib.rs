@@ -17,6 +17,8 @@
 //!   gradient, added into the table's gradient with atomic adds.
 //! - [`layer_norm_forward`] and [`layer_norm_backward`]: layer normalisation over the last
 //!   dimension in one launch forward and three backward, f32 statistics and sums.
+//! - [`cross_entropy_rows`]: each row's softmax cross-entropy against its target and the
+//!   logits' gradient (`softmax − one-hot`), in one launch, f32 statistics.
 //! - [`adamw_update`]: one AdamW step on f32 moments (burn-optim's arithmetic), in place, in one
 //!   launch.
 //! - [`adamw8bit_update`]: one AdamW step on 8-bit block-wise quantised moments (dequantise
@@ -86,6 +88,7 @@ mod adamw;
 mod adamw8bit;
 pub mod attention;
 mod cast;
+mod cross_entropy;
 mod dtype;
 mod embedding;
 mod error;
@@ -100,6 +103,7 @@ pub use cast::{
     cast, cast_bf16_to_f32, cast_f16_to_f32, cast_f32_to_bf16, cast_f32_to_f16, cast_scaled, copy,
     vector_size_for,
 };
+pub use cross_entropy::{CrossEntropyRows, CrossEntropyShape, cross_entropy_rows};
 pub use dtype::FloatDtype;
 pub use embedding::{EmbeddingGradBuffers, IdDtype, embedding_grad_add};
 pub use error::KernelError;

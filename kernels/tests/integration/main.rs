@@ -9,6 +9,7 @@ mod adamw8bit;
 mod attention;
 mod burn_cast;
 mod casts;
+mod cross_entropy;
 mod embedding;
 mod layer_norm;
 mod unscale;

@@ -29,6 +29,9 @@
 //! - **layer norm** (`frugal::nn::layer_norm` under `Autodiff<Frugal<B>>`): one launch
 //!   forward (the row statistics kept in f32), three backward, where the written-out norm and
 //!   its autodiff take a dozen; one custom operation each under fusion;
+//! - **the cross-entropy of a head's logits** (`frugal::nn::linear_cross_entropy` under
+//!   `Frugal<B>`): each chunk's row losses and `softmax − one-hot` in one launch where the
+//!   written-out arithmetic takes a dozen; one custom operation under fusion;
 //! - **uploads** of tensors brought back from host memory, on frugal-cuda's runtime: the host
 //!   bytes go to the device as they are, with no host copy and no wait (see `upload`);
 //! - **the AdamW update** (`crate::optim::AdamW8bit`, f32 or 8-bit moments): one launch per
@@ -122,6 +125,9 @@ pub struct KernelStats {
     pub layer_norm_forwards: u64,
     /// Layer norm backwards run by Frugal's kernels (counted when launched).
     pub layer_norm_backwards: u64,
+    /// Row losses (and logits' gradients) of `frugal::nn::linear_cross_entropy`'s chunks run
+    /// by Frugal's kernel (counted when launched).
+    pub cross_entropy_rows: u64,
     /// Matrix products run on cuBLASLt (counted when queued).
     pub blas_products: u64,
     /// Of the products, those registered as a custom operation of Burn's fusion (counted when
@@ -155,6 +161,8 @@ pub(crate) static ATTENTION_PRODUCT_BACKWARDS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static LAYER_NORM_FORWARDS: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
 pub(crate) static LAYER_NORM_BACKWARDS: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static CROSS_ENTROPY_ROWS: AtomicU64 = AtomicU64::new(0);
 
 #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
 pub(crate) static BLAS_PRODUCTS: AtomicU64 = AtomicU64::new(0);
@@ -181,6 +189,7 @@ pub fn stats() -> KernelStats {
         fused_embedding_backwards: FUSED_EMBEDDING_BACKWARDS.load(Relaxed),
         layer_norm_forwards: LAYER_NORM_FORWARDS.load(Relaxed),
         layer_norm_backwards: LAYER_NORM_BACKWARDS.load(Relaxed),
+        cross_entropy_rows: CROSS_ENTROPY_ROWS.load(Relaxed),
         blas_products: BLAS_PRODUCTS.load(Relaxed),
         fused_blas_products: FUSED_BLAS_PRODUCTS.load(Relaxed),
     }
@@ -464,6 +473,44 @@ fn layer_norm_run<B: Backend>(
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
     {
         let _ = (inputs, call);
+        None
+    }
+}
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod cross_entropy;
+
+/// Each row's cross-entropy against its target (f32 `[rows]`) and, with `with_grad`, the
+/// logits' gradient `softmax − one-hot` (the logits' dtype), from `logits [rows, classes]`
+/// and `targets [rows]` on inner primitives, when the kernel takes them (else `None`).
+pub(crate) fn cross_entropy_rows<B: Backend>(
+    logits: &B::FloatTensorPrimitive,
+    targets: &B::IntTensorPrimitive,
+    with_grad: bool,
+) -> Option<(B::FloatTensorPrimitive, Option<B::FloatTensorPrimitive>)> {
+    if mode() == KernelMode::Never {
+        return None;
+    }
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    {
+        use std::any::Any;
+        // On CubeCL backends the int primitive is the float one's type (the tensor carries
+        // its dtype); on any other the kernel does not apply.
+        let targets = *(Box::new(targets.clone()) as Box<dyn Any>)
+            .downcast::<B::FloatTensorPrimitive>()
+            .ok()?;
+        let mut slot = custom::Slot {
+            inputs: vec![logits.clone(), targets],
+            outputs: None,
+        };
+        let call = cross_entropy::CrossEntropyCall { with_grad };
+        custom::run(&mut slot, &call).then_some(())?;
+        let mut outputs = slot.outputs?.into_iter();
+        Some((outputs.next()?, outputs.next()))
+    }
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    {
+        let _ = (logits, targets, with_grad);
         None
     }
 }

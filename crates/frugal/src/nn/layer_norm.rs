@@ -1,7 +1,7 @@
 //! Layer norm as one autodiff node: [`layer_norm`] and a drop-in for burn-nn 0.21's
 //! `LayerNorm` built on it ([`LayerNorm`], same configuration, parameters and records).
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 
 use burn_core as burn;
 
@@ -11,6 +11,7 @@ use burn_backend::{Backend, TensorPrimitive};
 use burn_tensor::Tensor;
 
 use crate::ops::layer_norm::{LayerNormArgs, lookup};
+use crate::ops::registry::{boxed, unboxed};
 
 /// Layer normalisation over the last dimension: `(x − mean) / sqrt(var + epsilon) · gamma +
 /// beta`, with the biased variance, as burn-nn's `LayerNorm` computes it.
@@ -41,18 +42,13 @@ pub fn layer_norm<B: Backend, const D: usize>(
     let Some(entry) = lookup(TypeId::of::<B>()) else {
         return layer_norm_written_out(x, gamma, beta, epsilon);
     };
-    let prim = |t: TensorPrimitive<B>| -> B::FloatTensorPrimitive { t.tensor() };
-    let boxed = |t: B::FloatTensorPrimitive| -> Box<dyn Any> { Box::new(t) };
     let args = LayerNormArgs {
-        x: boxed(prim(x.into_primitive())),
-        gamma: boxed(prim(gamma.into_primitive())),
-        beta: beta.map(|b| boxed(prim(b.into_primitive()))),
+        x: boxed(x),
+        gamma: boxed(gamma),
+        beta: beta.map(boxed),
         epsilon,
     };
-    let out = entry(args)
-        .downcast::<B::FloatTensorPrimitive>()
-        .unwrap_or_else(|_| panic!("frugal: internal error: layer norm returned another type"));
-    Tensor::from_primitive(TensorPrimitive::Float(*out))
+    unboxed(entry(args))
 }
 
 /// Burn's own `ModuleOps::layer_norm`, what burn-nn's `LayerNorm` calls: under autodiff, a

@@ -1,14 +1,15 @@
 //! A vocabulary head and its loss in one call: [`linear_cross_entropy`], which never holds the
 //! whole logits under `Autodiff<Frugal<_>>`.
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 
-use burn_backend::{Backend, TensorPrimitive};
+use burn_backend::Backend;
 use burn_tensor::activation::log_softmax;
 use burn_tensor::module::linear;
 use burn_tensor::{Int, Tensor};
 
 use crate::ops::linear_cross_entropy::{LinearCrossEntropyArgs, lookup};
+use crate::ops::registry::{boxed, unboxed};
 
 /// Rows per chunk when none is given: as many as keep one chunk's f32 logits within 32 MiB.
 const CHUNK_LOGIT_BYTES: usize = 32 << 20;
@@ -57,19 +58,14 @@ pub fn linear_cross_entropy<B: Backend>(
     };
     let chunk_rows =
         chunk_rows.unwrap_or_else(|| (CHUNK_LOGIT_BYTES / (4 * classes.max(1))).max(1));
-    let prim = |t: TensorPrimitive<B>| -> B::FloatTensorPrimitive { t.tensor() };
-    let boxed = |t: B::FloatTensorPrimitive| -> Box<dyn Any> { Box::new(t) };
     let args = LinearCrossEntropyArgs {
-        x: boxed(prim(x.into_primitive())),
-        weight: boxed(prim(weight.into_primitive())),
-        bias: bias.map(|b| boxed(prim(b.into_primitive()))),
+        x: boxed(x),
+        weight: boxed(weight),
+        bias: bias.map(boxed),
         targets: Box::new(targets.into_primitive()),
         chunk_rows,
     };
-    let out = entry(args)
-        .downcast::<B::FloatTensorPrimitive>()
-        .unwrap_or_else(|_| panic!("frugal: internal error: the loss came back as another type"));
-    Tensor::from_primitive(TensorPrimitive::Float(*out))
+    unboxed(entry(args))
 }
 
 /// The same loss written out: Burn's `linear`, then burn-nn's `CrossEntropyLoss` arithmetic

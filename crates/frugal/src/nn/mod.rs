@@ -18,12 +18,13 @@ mod layer_norm;
 mod linear_cross_entropy;
 mod mha;
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 
-use burn_backend::{Backend, TensorPrimitive};
+use burn_backend::Backend;
 use burn_tensor::{Bool, Tensor};
 
 use crate::ops::attention::{AttentionArgs, lookup};
+use crate::ops::registry::{boxed, unboxed};
 
 pub use layer_norm::{LayerNorm, LayerNormConfig, layer_norm, layer_norm_written_out};
 pub use linear_cross_entropy::{linear_cross_entropy, linear_cross_entropy_written_out};
@@ -137,19 +138,15 @@ pub fn attention<B: Backend>(
             b.expand([d0, d1, d2, seq_k])
         }
     });
-    let prim = |t: Tensor<B, 4>| -> Box<dyn Any> { Box::new(t.into_primitive().tensor()) };
     let args = AttentionArgs {
-        q: prim(q),
-        k: prim(k),
-        v: prim(v),
-        bias: bias.map(prim),
+        q: boxed(q),
+        k: boxed(k),
+        v: boxed(v),
+        bias: bias.map(boxed),
         causal: options.causal,
         scale,
     };
-    let out = entry(args)
-        .downcast::<B::FloatTensorPrimitive>()
-        .unwrap_or_else(|_| panic!("frugal: internal error: attention returned another type"));
-    Tensor::from_primitive(TensorPrimitive::Float(*out))
+    unboxed(entry(args))
 }
 
 /// The written-out attention: scores `q kᵀ · scale` (plus the bias), masked with `-inf`,

@@ -25,8 +25,12 @@ use burn_backend::{Backend, DType, TensorMetadata, TensorPrimitive, tensor::Floa
 use burn_tensor::{Int, Tensor};
 
 use crate::backend::Frugal;
+use crate::kernels;
+use crate::op::families::activation::{Op, op};
 use crate::ops::convert::cast_to;
 use crate::ops::registry::{composite_op_registry, unbox};
+use crate::remat::FloatKind;
+use crate::tensor::FrugalTensor;
 
 /// One call handed through the registry: the primitives of the caller's backend, boxed, and
 /// the rows per chunk.
@@ -61,6 +65,7 @@ fn inference<B: Backend>(args: LinearCrossEntropyArgs) -> Box<dyn Any> {
         Tensor::<Frugal<B>, 1, Int>::from_primitive(unbox::<Targets<B>>(args.targets)),
         args.chunk_rows,
         false,
+        Some(&rows_by_kernel::<B>),
     );
     Box::new(prim(loss))
 }
@@ -123,6 +128,7 @@ fn record<B: Backend, C: CheckpointStrategy, const N: usize>(
             Tensor::<Frugal<B>, 1, Int>::from_primitive(call.targets),
             call.chunk_rows,
             grads,
+            Some(&rows_by_kernel::<B>),
         )
     };
     match prep {
@@ -189,7 +195,45 @@ fn scaled<B: Backend, const D: usize>(
     cast_to::<B>(prim(g * scale.clone().reshape([1; D])), dtype)
 }
 
-/// The chunked arithmetic on any backend's own ops.
+/// Each row's loss and, with `with_grad`, the logits' gradient, by Frugal's kernel when the
+/// inner backend runs on a CubeCL runtime this build knows; `None` leaves the chunk to the
+/// portable arithmetic.
+fn rows_by_kernel<B: Backend>(
+    logits: &Tensor<Frugal<B>, 2>,
+    targets: &Tensor<Frugal<B>, 1, Int>,
+    with_grad: bool,
+) -> Option<portable::Rows<Frugal<B>>> {
+    if !kernels::may_launch::<B>() {
+        return None;
+    }
+    let logits = prim(logits.clone());
+    let state = logits.state();
+    let id = op(Op::log_softmax);
+    let [rows, classes] = logits.shape().dims::<2>();
+    let grad_bytes = if with_grad {
+        rows * classes * logits.dtype().size()
+    } else {
+        0
+    };
+    state.make_room_for((rows * 4 + grad_bytes) as u64);
+    let (held_logits, _) = logits.clone().split_view();
+    let (held_targets, _) = targets.clone().into_primitive().split_view();
+    let (loss, grad) = kernels::cross_entropy_rows::<B>(&held_logits, &held_targets, with_grad)?;
+    drop((held_logits, held_targets));
+    state.count_call(id);
+    let track = |inner| FrugalTensor::track::<B, FloatKind>(inner, state, id);
+    let loss = track(loss);
+    let grad = grad.map(track);
+    let bytes = loss.storage_bytes() + grad.as_ref().map_or(0, |g| g.storage_bytes());
+    state.enforce(Some(id), bytes);
+    Some(portable::Rows {
+        loss: tensor(loss),
+        grad: grad.map(tensor),
+    })
+}
+
+/// The chunked arithmetic on any backend's own ops, with a hook for a kernel that takes a
+/// chunk's logits to their row losses and gradient in one go.
 pub(crate) mod portable {
     use burn_backend::Backend;
     use burn_backend::tensor::IndexingUpdateOp;
@@ -203,9 +247,52 @@ pub(crate) mod portable {
         pub(crate) bias: Option<Tensor<B, 1>>,
     }
 
+    /// One chunk's row losses (f32 `[rows]`) and, when asked for, the logits' gradient
+    /// `softmax − one-hot` in the logits' dtype.
+    pub(crate) struct Rows<B: Backend> {
+        pub(crate) loss: Tensor<B, 1>,
+        pub(crate) grad: Option<Tensor<B, 2>>,
+    }
+
+    /// A kernel for a chunk's [`Rows`] (logits, targets, whether the gradient is wanted), or
+    /// `None` where it does not apply.
+    pub(crate) type RowsKernel<'a, B> =
+        &'a dyn Fn(&Tensor<B, 2>, &Tensor<B, 1, Int>, bool) -> Option<Rows<B>>;
+
+    /// [`Rows`] in f32 on the backend's own ops, and with the gradient its f32 column sums
+    /// (the bias's gradient), summed before the gradient is narrowed.
+    fn rows_written_out<B: Backend>(
+        logits: Tensor<B, 2>,
+        targets: Tensor<B, 1, Int>,
+        with_grad: bool,
+    ) -> (Rows<B>, Option<Tensor<B, 2>>) {
+        let [len, _] = logits.dims();
+        let low = logits.dtype();
+        let targets = targets.reshape([len, 1]);
+        let z = logits.cast(FloatDType::F32);
+        let max = z.clone().max_dim(1);
+        let exp = (z.clone() - max.clone()).exp();
+        let sum = exp.clone().sum_dim(1);
+        let picked = z.gather(1, targets.clone());
+        let loss = (sum.clone().log() + max - picked).reshape([len]);
+        if !with_grad {
+            return (Rows { loss, grad: None }, None);
+        }
+        let minus_one = Tensor::<B, 2>::full([len, 1], -1.0, &targets.device());
+        let dz = (exp / sum).scatter(1, targets, minus_one, IndexingUpdateOp::Add);
+        let column_sums = dz.clone().sum_dim(0);
+        let rows = Rows {
+            loss,
+            grad: Some(dz.cast(low)),
+        };
+        (rows, Some(column_sums))
+    }
+
     /// The mean cross-entropy (f32, `[1]`) of `linear(x, weight, bias)` against `targets`, the
     /// rows `chunk_rows` at a time; with `grads`, also the gradients of the summed (not
     /// averaged) loss, so that 16-bit products never hold values divided by the row count.
+    /// `kernel`, when given and it applies, makes each chunk's row losses and logits'
+    /// gradient.
     pub(crate) fn forward<B: Backend>(
         x: Tensor<B, 2>,
         weight: Tensor<B, 2>,
@@ -213,53 +300,49 @@ pub(crate) mod portable {
         targets: Tensor<B, 1, Int>,
         chunk_rows: usize,
         grads: bool,
+        kernel: Option<RowsKernel<'_, B>>,
     ) -> (Tensor<B, 1>, Option<Grads<B>>) {
         let [rows, _] = x.dims();
         let device = x.device();
         let chunk_rows = chunk_rows.clamp(1, rows.max(1));
-        let mut loss: Option<Tensor<B, 1>> = None;
+        let mut losses = Vec::new();
         let mut dx = Vec::new();
         let mut dweight: Option<Tensor<B, 2>> = None;
         let mut dbias: Option<Tensor<B, 2>> = None;
         for start in (0..rows).step_by(chunk_rows) {
             let len = chunk_rows.min(rows - start);
             let xc = x.clone().narrow(0, start, len);
-            let tc = targets.clone().narrow(0, start, len).reshape([len, 1]);
+            let tc = targets.clone().narrow(0, start, len);
             let logits = linear(xc.clone(), weight.clone(), bias.clone());
-            let low = logits.dtype();
-            let z = logits.cast(FloatDType::F32);
-            let max = z.clone().max_dim(1);
-            let exp = (z.clone() - max.clone()).exp();
-            let sum = exp.clone().sum_dim(1);
-            let picked = z.gather(1, tc.clone());
-            let part = (sum.clone().log() + max - picked).sum();
-            loss = Some(match loss {
-                Some(l) => l + part,
-                None => part,
-            });
-            if !grads {
+            let (chunk, column_sums) = match kernel.and_then(|k| k(&logits, &tc, grads)) {
+                Some(rows) => (rows, None),
+                None => rows_written_out(logits, tc, grads),
+            };
+            losses.push(chunk.loss);
+            let Some(dlogits) = chunk.grad else {
                 continue;
+            };
+            if bias.is_some() {
+                let db =
+                    column_sums.unwrap_or_else(|| dlogits.clone().cast(FloatDType::F32).sum_dim(0));
+                dbias = Some(match dbias {
+                    Some(acc) => acc + db,
+                    None => db,
+                });
             }
-            let minus_one = Tensor::<B, 2>::full([len, 1], -1.0, &device);
-            let dz = (exp / sum).scatter(1, tc, minus_one, IndexingUpdateOp::Add);
-            let db = dz.clone().sum_dim(0);
-            let dlogits = dz.cast(low);
             dx.push(dlogits.clone().matmul(weight.clone().transpose()));
             let dw = xc.transpose().matmul(dlogits).cast(FloatDType::F32);
             dweight = Some(match dweight {
                 Some(acc) => acc + dw,
                 None => dw,
             });
-            if bias.is_some() {
-                dbias = Some(match dbias {
-                    Some(acc) => acc + db,
-                    None => db,
-                });
-            }
         }
-        let loss = loss
-            .unwrap_or_else(|| Tensor::zeros([1], &device))
-            .div_scalar(rows.max(1) as f64);
+        let loss = if losses.is_empty() {
+            Tensor::zeros([1], &device)
+        } else {
+            Tensor::cat(losses, 0).sum()
+        }
+        .div_scalar(rows.max(1) as f64);
         let grads = grads.then(|| Grads {
             x: Tensor::cat(dx, 0),
             weight: dweight.expect("at least one row"),

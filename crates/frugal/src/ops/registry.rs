@@ -112,6 +112,16 @@ pub(crate) fn device_state<B: Backend, D: DeviceOps + 'static>(device: &D) -> &'
     DeviceState::of_device(device)
 }
 
+/// A float tensor's primitive, boxed for a registry entry.
+pub(crate) fn boxed<B: Backend, const D: usize>(t: burn_tensor::Tensor<B, D>) -> Box<dyn Any> {
+    Box::new(t.into_primitive().tensor())
+}
+
+/// A registry entry's float output, back as a tensor of the caller's backend.
+pub(crate) fn unboxed<B: Backend, const D: usize>(out: Box<dyn Any>) -> burn_tensor::Tensor<B, D> {
+    burn_tensor::Tensor::from_primitive(burn_tensor::TensorPrimitive::Float(unbox(out)))
+}
+
 /// Unboxes an argument registered for `T`'s backend.
 pub(crate) fn unbox<T: 'static>(value: Box<dyn Any>) -> T {
     *value

@@ -366,3 +366,87 @@ fn sixteen_bit_gradients_are_widened_by_the_fused_scaled_cast() {
         "no bytes leak through the widening"
     );
 }
+
+/// The loss and the gradients of x, the weight and the bias through
+/// `frugal::nn::linear_cross_entropy` in chunks of 16 rows, on `B`.
+fn head_loss_and_grads<B: AutodiffBackend>(classes: usize, device: &B::Device) -> Vec<Vec<f32>> {
+    let (rows, features) = (37, 24);
+    let wave = |n: usize, k: f32| -> Vec<f32> {
+        (0..n)
+            .map(|i| (i as f32 * k).sin() * 1.5)
+            .collect::<Vec<_>>()
+    };
+    let param = |data: Vec<f32>, shape: Vec<usize>| {
+        Tensor::<B, 1>::from_data(
+            TensorData::new(data, [shape.iter().product::<usize>()]),
+            device,
+        )
+    };
+    let x = param(wave(rows * features, 0.37), vec![rows, features])
+        .reshape([rows, features])
+        .require_grad();
+    let weight = param(wave(features * classes, 0.11), vec![features, classes])
+        .reshape([features, classes])
+        .require_grad();
+    let bias = param(wave(classes, 0.7), vec![classes]).require_grad();
+    let targets: Vec<i32> = (0..rows).map(|i| ((i * 7919) % classes) as i32).collect();
+    let targets =
+        Tensor::<B, 1, burn::tensor::Int>::from_data(TensorData::new(targets, [rows]), device);
+    let loss = frugal::nn::linear_cross_entropy(
+        x.clone(),
+        weight.clone(),
+        Some(bias.clone()),
+        targets,
+        Some(16),
+    );
+    let grads = (loss.clone() * 4.0).backward();
+    let read =
+        |t: Tensor<B::InnerBackend, 2>| t.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+    vec![
+        loss.inner().into_data().convert::<f32>().to_vec().unwrap(),
+        read(x.grad(&grads).unwrap()),
+        read(weight.grad(&grads).unwrap()),
+        bias.grad(&grads)
+            .unwrap()
+            .into_data()
+            .convert::<f32>()
+            .to_vec()
+            .unwrap(),
+    ]
+}
+
+#[test]
+fn the_head_loss_runs_frugals_kernel_fused_or_not() {
+    let _serial = crate::serial();
+    let _reset = Reset;
+    let device = WgpuDevice::default();
+    // 53 classes: one value per load; 64: vectors.
+    for classes in [53, 64] {
+        kernels::set_mode(KernelMode::Never);
+        let want = head_loss_and_grads::<Autodiff<Frugal<Wgpu>>>(classes, &device);
+        kernels::set_mode(KernelMode::Auto);
+        for fused in [true, false] {
+            let before = kernels::stats().cross_entropy_rows;
+            let got = if fused {
+                head_loss_and_grads::<Autodiff<Frugal<Wgpu>>>(classes, &device)
+            } else {
+                head_loss_and_grads::<Autodiff<Frugal<Unfused>>>(classes, &device)
+            };
+            // Three chunks of 16, 16 and 5 rows.
+            assert_eq!(kernels::stats().cross_entropy_rows - before, 3);
+            for (name, (g, w)) in ["loss", "grad x", "grad weight", "grad bias"]
+                .iter()
+                .zip(got.iter().zip(&want))
+            {
+                assert_eq!(g.len(), w.len(), "{name}");
+                for (i, (g, w)) in g.iter().zip(w).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-6 + 1e-4 * w.abs(),
+                        "{name}, classes {classes}, fused {fused}: [{i}] kernel {g}, written out {w}"
+                    );
+                }
+                assert!(w.iter().any(|w| w.abs() > 1e-4), "{name}: all but zero");
+            }
+        }
+    }
+}
