@@ -66,6 +66,36 @@ pub(crate) fn check_buffer(
     Ok(())
 }
 
+/// Checks a call on `rows` rows of `width` values of `dtype`: the dtype on the device, at least
+/// one value per row (`width_name` names the width in the error), and 32-bit addressing of
+/// all of them (`input_name` names the input).
+pub(crate) fn check_rows<R: Runtime>(
+    client: &ComputeClient<R>,
+    dtype: FloatDtype,
+    rows: usize,
+    width: usize,
+    width_name: &str,
+    input_name: &str,
+) -> Result<(), KernelError> {
+    dtype.check_supported(client)?;
+    if width == 0 {
+        return Err(crate::attention::invalid(
+            width_name,
+            0,
+            "at least 1 value per row",
+        ));
+    }
+    let max = u32::MAX as usize;
+    if rows.checked_mul(width).is_none_or(|len| len > max) {
+        return Err(KernelError::LengthTooLarge {
+            what: input_name.to_string(),
+            len: rows.saturating_mul(width),
+            max,
+        });
+    }
+    Ok(())
+}
+
 /// The vector size the kernels use for `len` elements of `elem_bytes` bytes each on this
 /// client: the widest size the runtime favours for loads of that element size that divides
 /// `len`, else 1.

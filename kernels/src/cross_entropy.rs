@@ -10,12 +10,10 @@
 
 use cubecl::{prelude::*, server::Handle};
 
-use crate::attention::{
-    invalid,
-    scores::{cube_index, grid},
-};
+use crate::attention::scores::{cube_index, grid, merge_running_max_sum};
+use crate::cast::{check_buffer, check_rows};
 use crate::layer_norm::row_units;
-use crate::{FloatDtype, IdDtype, KernelError, cast::check_buffer};
+use crate::{FloatDtype, IdDtype, KernelError};
 
 /// The running maximum before a row's first logit: finite, so that the first rescaling
 /// `exp(start − value)` is 0 rather than NaN.
@@ -106,18 +104,7 @@ fn rows_kernel<E: Float, I: Int, N: Size>(
     if unit == 0 {
         picked[0] = nan;
     }
-    sync_cube();
-    let mut stride = half_units;
-    while stride > 0 {
-        if unit < stride {
-            let (m1, m2) = (maxima[unit], maxima[unit + stride]);
-            let m = max(m1, m2);
-            sums[unit] = sums[unit] * (m1 - m).exp() + sums[unit + stride] * (m2 - m).exp();
-            maxima[unit] = m;
-        }
-        sync_cube();
-        stride /= 2;
-    }
+    merge_running_max_sum(&mut maxima, &mut sums, unit, half_units);
     let log_sum = maxima[0] + sums[0].ln();
 
     // The unit holding the target's logit hands it over; the one-hot is subtracted there.
@@ -163,22 +150,14 @@ pub fn cross_entropy_rows<R: Runtime>(
     ids: IdDtype,
     with_grad: bool,
 ) -> Result<CrossEntropyRows, KernelError> {
-    dtype.check_supported(client)?;
-    if shape.classes == 0 {
-        return Err(invalid("cross-entropy classes", 0, "at least 1 class"));
-    }
-    let max = u32::MAX as usize;
-    if shape
-        .rows
-        .checked_mul(shape.classes)
-        .is_none_or(|len| len > max)
-    {
-        return Err(KernelError::LengthTooLarge {
-            what: "cross-entropy logits".to_string(),
-            len: shape.rows.saturating_mul(shape.classes),
-            max,
-        });
-    }
+    check_rows(
+        client,
+        dtype,
+        shape.rows,
+        shape.classes,
+        "cross-entropy classes",
+        "cross-entropy logits",
+    )?;
     check_buffer("logits", logits, shape.len(), dtype)?;
     let id_bytes = shape.rows as u64 * ids.size_bytes() as u64;
     if id_bytes > targets.size_in_used() {

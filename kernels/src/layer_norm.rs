@@ -13,7 +13,8 @@ use crate::attention::{
     invalid,
     scores::{cube_index, grid},
 };
-use crate::{FloatDtype, KernelError, cast::check_buffer};
+use crate::cast::{check_buffer, check_rows};
+use crate::{FloatDtype, KernelError};
 
 /// Most units that share one row.
 const ROW_UNITS: u32 = 256;
@@ -325,22 +326,14 @@ fn check<R: Runtime>(
     shape: LayerNormShape,
     dtype: FloatDtype,
 ) -> Result<usize, KernelError> {
-    dtype.check_supported(client)?;
-    if shape.width == 0 {
-        return Err(invalid("layer norm width", 0, "at least 1 value per row"));
-    }
-    let max = u32::MAX as usize;
-    if shape
-        .rows
-        .checked_mul(shape.width)
-        .is_none_or(|len| len > max)
-    {
-        return Err(KernelError::LengthTooLarge {
-            what: "layer norm input".to_string(),
-            len: shape.rows.saturating_mul(shape.width),
-            max,
-        });
-    }
+    check_rows(
+        client,
+        dtype,
+        shape.rows,
+        shape.width,
+        "layer norm width",
+        "layer norm input",
+    )?;
     Ok(crate::vector_size_for(
         client,
         shape.width,

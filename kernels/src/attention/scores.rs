@@ -94,6 +94,30 @@ pub(crate) fn cube_index() -> usize {
     CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize
 }
 
+/// Merges the running maximum and sum of `exp(x − maximum)` that each of `2 · half_units`
+/// units left in `maxima[unit]` and `sums[unit]` into `maxima[0]` and `sums[0]` (a tree;
+/// `half_units` a power of two, or 0 for one unit).
+#[cube]
+pub(crate) fn merge_running_max_sum(
+    maxima: &mut SharedMemory<f32>,
+    sums: &mut SharedMemory<f32>,
+    unit: usize,
+    half_units: usize,
+) {
+    sync_cube();
+    let mut stride = half_units;
+    while stride > 0 {
+        if unit < stride {
+            let (m1, m2) = (maxima[unit], maxima[unit + stride]);
+            let m = max(m1, m2);
+            sums[unit] = sums[unit] * (m1 - m).exp() + sums[unit + stride] * (m2 - m).exp();
+            maxima[unit] = m;
+        }
+        sync_cube();
+        stride /= 2;
+    }
+}
+
 /// The scaled (and biased) score `raw` of (`row`, `key`) of pair `bh`, or [`MASKED_SCORE`]
 /// where the pair is masked.
 #[cube]
@@ -196,18 +220,7 @@ pub(crate) fn softmax_kernel<E: Float, N: Size>(
     let mut sums = SharedMemory::<f32>::new(units);
     maxima[unit] = running_max;
     sums[unit] = running_sum;
-    sync_cube();
-    let mut stride = half_units;
-    while stride > 0 {
-        if unit < stride {
-            let (m1, m2) = (maxima[unit], maxima[unit + stride]);
-            let m = max(m1, m2);
-            sums[unit] = sums[unit] * (m1 - m).exp() + sums[unit + stride] * (m2 - m).exp();
-            maxima[unit] = m;
-        }
-        sync_cube();
-        stride /= 2;
-    }
+    merge_running_max_sum(&mut maxima, &mut sums, unit, half_units);
     let total = sums[0];
     // A row with every key masked has no probability mass: its probabilities are 0.
     let log_sum = select(total > 0.0f32, maxima[0] + total.ln(), MASKED_SCORE);

@@ -25,6 +25,21 @@ pub fn upload_u16(client: &ComputeClient<R>, bits: &[u16]) -> Handle {
     client.create_from_slice(&bytes)
 }
 
+/// Uploads class or token ids as `dtype`.
+pub fn upload_ids(
+    client: &ComputeClient<R>,
+    ids: &[i64],
+    dtype: frugal_kernels::IdDtype,
+) -> Handle {
+    let bytes: Vec<u8> = match dtype {
+        frugal_kernels::IdDtype::I32 => {
+            ids.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect()
+        }
+        frugal_kernels::IdDtype::I64 => ids.iter().flat_map(|&i| i.to_le_bytes()).collect(),
+    };
+    client.create_from_slice(&bytes)
+}
+
 pub fn read_f32(client: &ComputeClient<R>, handle: &Handle, len: usize) -> Vec<f32> {
     let bytes = client.read_one(handle.clone()).expect("read f32 buffer");
     assert!(

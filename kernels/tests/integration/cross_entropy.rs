@@ -40,18 +40,6 @@ fn targets_for(rows: usize, classes: usize) -> Vec<i64> {
     (0..rows).map(|r| ((r * 7 + 3) % classes) as i64).collect()
 }
 
-fn upload_ids(
-    client: &cubecl::client::ComputeClient<R>,
-    ids: &[i64],
-    dtype: IdDtype,
-) -> cubecl::server::Handle {
-    let bytes: Vec<u8> = match dtype {
-        IdDtype::I32 => ids.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
-        IdDtype::I64 => ids.iter().flat_map(|&v| v.to_le_bytes()).collect(),
-    };
-    client.create_from_slice(&bytes)
-}
-
 fn assert_loss(got: &[f32], want: &[f64], ctx: &str) {
     for (row, (g, w)) in got.iter().zip(want).enumerate() {
         if w.is_nan() {

@@ -40,18 +40,6 @@ fn reference(grad: &mut [f32], out_grad: &[f32], ids: &[i64], width: usize) {
     }
 }
 
-fn upload_ids(
-    client: &cubecl::client::ComputeClient<R>,
-    ids: &[i64],
-    dtype: IdDtype,
-) -> cubecl::server::Handle {
-    let bytes: Vec<u8> = match dtype {
-        IdDtype::I32 => ids.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect(),
-        IdDtype::I64 => ids.iter().flat_map(|&i| i.to_le_bytes()).collect(),
-    };
-    client.create_from_slice(&bytes)
-}
-
 #[test]
 fn rows_are_summed_as_the_host_sums_them() {
     let client = client();
