@@ -122,40 +122,58 @@ fn a_target_out_of_range_gives_a_nan_loss_and_no_one_hot() {
     assert_close(&got, &want_grad, 1e-6, 1e-4, "out of range");
 }
 
+/// A 16-bit dtype, its narrowing and widening, and the gradient's relative tolerance in it.
+type SixteenBit = (FloatDtype, fn(f32) -> u16, fn(u16) -> f32, f64);
+
 #[test]
 fn sixteen_bit_logits_keep_f32_statistics() {
     let client = client();
-    if !FloatDtype::F16.is_supported(&client) {
-        return;
+    // bf16 runs where the device has it (CUDA; not Mesa's lavapipe).
+    let kinds: [SixteenBit; 2] = [
+        (
+            FloatDtype::F16,
+            |v| half::f16::from_f32(v).to_bits(),
+            |b| half::f16::from_bits(b).to_f32(),
+            2e-3,
+        ),
+        (
+            FloatDtype::BF16,
+            |v| half::bf16::from_f32(v).to_bits(),
+            |b| half::bf16::from_bits(b).to_f32(),
+            1e-2,
+        ),
+    ];
+    for (dtype, narrow, widen, grad_rtol) in kinds {
+        if !dtype.is_supported(&client) {
+            continue;
+        }
+        let ctx = format!("{dtype:?}");
+        let (rows, classes) = (64, 1_024);
+        let logits: Vec<f32> = grads_f32(rows * classes, 13)
+            .iter()
+            .map(|v| widen(narrow(v / 100.0)))
+            .collect();
+        let targets = targets_for(rows, classes);
+        let (want_loss, want_grad) = reference(&logits, &targets, classes);
+        let bits: Vec<u16> = logits.iter().map(|&v| narrow(v)).collect();
+        let out = cross_entropy_rows(
+            &client,
+            &upload_u16(&client, &bits),
+            &upload_ids(&client, &targets, IdDtype::I32),
+            CrossEntropyShape { rows, classes },
+            dtype,
+            IdDtype::I32,
+            true,
+        )
+        .unwrap();
+        // The loss is f32 throughout: as close as in f32.
+        assert_loss(&read_f32(&client, &out.loss, rows), &want_loss, &ctx);
+        let grad: Vec<f32> = read_u16(&client, &out.grad.unwrap(), rows * classes)
+            .into_iter()
+            .map(widen)
+            .collect();
+        assert_close(&grad, &want_grad, 1e-5, grad_rtol, &ctx);
     }
-    let (rows, classes) = (64, 1_024);
-    let logits: Vec<f32> = grads_f32(rows * classes, 13)
-        .iter()
-        .map(|v| half::f16::from_f32(v / 100.0).to_f32())
-        .collect();
-    let targets = targets_for(rows, classes);
-    let (want_loss, want_grad) = reference(&logits, &targets, classes);
-    let bits: Vec<u16> = logits
-        .iter()
-        .map(|&v| half::f16::from_f32(v).to_bits())
-        .collect();
-    let out = cross_entropy_rows(
-        &client,
-        &upload_u16(&client, &bits),
-        &upload_ids(&client, &targets, IdDtype::I32),
-        CrossEntropyShape { rows, classes },
-        FloatDtype::F16,
-        IdDtype::I32,
-        true,
-    )
-    .unwrap();
-    // The loss is f32 throughout: as close as in f32.
-    assert_loss(&read_f32(&client, &out.loss, rows), &want_loss, "f16 loss");
-    let grad: Vec<f32> = read_u16(&client, &out.grad.unwrap(), rows * classes)
-        .into_iter()
-        .map(|b| half::f16::from_bits(b).to_f32())
-        .collect();
-    assert_close(&grad, &want_grad, 1e-5, 2e-3, "f16 grad");
 }
 
 #[test]
