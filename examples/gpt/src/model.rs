@@ -1,7 +1,7 @@
 //! The GPT of `shared/anchors/torch_gpt.py`, in Burn: token and learned position embeddings,
 //! pre-norm blocks of causal self-attention and a 4x GELU MLP, a final LayerNorm and an untied
 //! head. Attention is written out (scores materialised, like the `fp32_math` configuration)
-//! unless [`GptConfig::fused_attention`] asks for [`frugal::nn::attention`], which keeps no
+//! unless [`GptConfig::fused_attention`] asks for [`frugal::nn::attention_packed`], which keeps no
 //! `seq × seq` tensor for the backward pass under `Autodiff<Frugal<_>>`. Layer norms are
 //! [`frugal::nn::LayerNorm`] (burn-nn's layer and records; one autodiff node under
 //! `Autodiff<Frugal<_>>`) unless [`GptConfig::fused_norm`] is off.
@@ -97,21 +97,23 @@ impl<B: Backend> Block<B> {
         let qkv = self
             .qkv
             .forward(norm(&self.ln1, x.clone(), self.fused_norm));
-        let split = |i: usize| {
-            qkv.clone()
-                .slice([0..b, 0..t, i * d..(i + 1) * d])
-                .reshape([b, t, self.heads, hd])
-                .swap_dims(1, 2)
-        };
-        let (q, k, v) = (split(0), split(1), split(2));
         let y = if self.fused_attention {
-            frugal::nn::attention(q, k, v, frugal::nn::AttentionOptions::causal())
+            frugal::nn::attention_packed(qkv, self.heads, frugal::nn::AttentionOptions::causal())
         } else {
+            let split = |i: usize| {
+                qkv.clone()
+                    .slice([0..b, 0..t, i * d..(i + 1) * d])
+                    .reshape([b, t, self.heads, hd])
+                    .swap_dims(1, 2)
+            };
+            let (q, k, v) = (split(0), split(1), split(2));
             let scores = q.matmul(k.swap_dims(2, 3)).div_scalar((hd as f64).sqrt());
             let scores = scores.mask_fill(causal, f32::NEG_INFINITY);
-            softmax(scores, 3).matmul(v)
+            softmax(scores, 3)
+                .matmul(v)
+                .swap_dims(1, 2)
+                .reshape([b, t, d])
         };
-        let y = y.swap_dims(1, 2).reshape([b, t, d]);
         let x = x + self.proj.forward(y);
         let h = self.fc2.forward(self.gelu.forward(self.fc1.forward(norm(
             &self.ln2,

@@ -23,7 +23,7 @@ use std::any::TypeId;
 use burn_backend::Backend;
 use burn_tensor::{Bool, Tensor};
 
-use crate::ops::attention::{AttentionArgs, lookup};
+use crate::ops::attention::{AttentionArgs, AttentionInputs, lookup};
 use crate::ops::registry::{boxed, unboxed};
 
 pub use layer_norm::{LayerNorm, LayerNormConfig, layer_norm, layer_norm_written_out};
@@ -117,13 +117,86 @@ pub fn attention<B: Backend>(
     if options.bias.as_ref().is_some_and(|b| b.is_require_grad()) {
         return attention_written_out(q, k, v, options);
     }
+    let causal = options.causal;
+    let (bias, scale) = fused_bias_and_scale(options, q.dtype(), &q.device(), head_dim, seq_k);
+    let args = AttentionArgs {
+        inputs: AttentionInputs::Separate {
+            q: boxed(q),
+            k: boxed(k),
+            v: boxed(v),
+        },
+        bias: bias.map(boxed),
+        causal,
+        scale,
+    };
+    unboxed(entry(args))
+}
+
+/// [`attention`] over q, k and v packed side by side, as one projection of width
+/// `3 · heads · head_dim` makes them: `qkv` is `[batch, seq, 3 · heads · head_dim]` (q, then k,
+/// then v along the last dimension), and the output `[batch, seq, heads · head_dim]`, the heads
+/// merged.
+///
+/// The same as slicing q, k and v out, splitting their heads, calling [`attention`] and
+/// merging the output's heads, but under `Autodiff<Frugal<_>>` one autodiff node over `qkv`
+/// whose gradient is dq, dk and dv concatenated once (the three slices' backward would zero a
+/// tensor of `qkv`'s size three times and add them up). Panics if the last dimension is not a
+/// multiple of `3 · heads`.
+pub fn attention_packed<B: Backend>(
+    qkv: Tensor<B, 3>,
+    heads: usize,
+    options: AttentionOptions<B>,
+) -> Tensor<B, 3> {
+    let [batch, seq, width] = qkv.dims();
+    assert!(
+        heads > 0 && width % (3 * heads) == 0,
+        "frugal::nn::attention_packed: qkv is {:?} with {heads} heads; accepted: [batch, seq, \
+         3 · heads · head_dim], the last dimension a multiple of 3 · heads",
+        qkv.dims()
+    );
+    let head_dim = width / (3 * heads);
+    let lookup_entry = lookup(TypeId::of::<B>());
+    let bias_needs_grad = options.bias.as_ref().is_some_and(|b| b.is_require_grad());
+    let Some(entry) = lookup_entry.filter(|_| !bias_needs_grad) else {
+        let d = heads * head_dim;
+        let part = |i: usize| {
+            qkv.clone()
+                .slice([0..batch, 0..seq, i * d..(i + 1) * d])
+                .reshape([batch, seq, heads, head_dim])
+                .swap_dims(1, 2)
+        };
+        let out = attention(part(0), part(1), part(2), options);
+        return out.swap_dims(1, 2).reshape([batch, seq, d]);
+    };
+    let causal = options.causal;
+    let (bias, scale) = fused_bias_and_scale(options, qkv.dtype(), &qkv.device(), head_dim, seq);
+    let args = AttentionArgs {
+        inputs: AttentionInputs::Packed {
+            qkv: boxed(qkv),
+            heads,
+        },
+        bias: bias.map(boxed),
+        causal,
+        scale,
+    };
+    unboxed(entry(args))
+}
+
+/// The one additive bias the fused paths take (the bias and the mask, `-inf` where masked,
+/// its last dimension expanded to `seq_k`) and the scale.
+fn fused_bias_and_scale<B: Backend>(
+    options: AttentionOptions<B>,
+    dtype: burn_tensor::DType,
+    device: &B::Device,
+    head_dim: usize,
+    seq_k: usize,
+) -> (Option<Tensor<B, 4>>, f64) {
     let scale = options
         .scale
         .unwrap_or_else(|| 1.0 / (head_dim as f64).sqrt());
-    // One additive bias for the mask and the bias, `-inf` where masked.
-    let mut bias = options.bias.map(|b| b.cast(q.dtype()));
+    let mut bias = options.bias.map(|b| b.cast(dtype));
     if let Some(mask) = options.mask {
-        let zeros = Tensor::<B, 4>::zeros(mask.dims(), &q.device()).cast(q.dtype());
+        let zeros = Tensor::<B, 4>::zeros(mask.dims(), device).cast(dtype);
         let masked = zeros.mask_fill(mask, f32::NEG_INFINITY);
         bias = Some(match bias {
             Some(b) => b + masked,
@@ -138,15 +211,7 @@ pub fn attention<B: Backend>(
             b.expand([d0, d1, d2, seq_k])
         }
     });
-    let args = AttentionArgs {
-        q: boxed(q),
-        k: boxed(k),
-        v: boxed(v),
-        bias: bias.map(boxed),
-        causal: options.causal,
-        scale,
-    };
-    unboxed(entry(args))
+    (bias, scale)
 }
 
 /// The written-out attention: scores `q kᵀ · scale` (plus the bias), masked with `-inf`,

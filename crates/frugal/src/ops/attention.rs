@@ -38,12 +38,23 @@ use crate::tensor::FrugalTensor;
 /// One attention call handed through the registry: the primitives of the caller's backend,
 /// boxed, and the options.
 pub(crate) struct AttentionArgs {
-    pub(crate) q: Box<dyn Any>,
-    pub(crate) k: Box<dyn Any>,
-    pub(crate) v: Box<dyn Any>,
+    pub(crate) inputs: AttentionInputs,
     pub(crate) bias: Option<Box<dyn Any>>,
     pub(crate) causal: bool,
     pub(crate) scale: f64,
+}
+
+/// How q, k and v come.
+pub(crate) enum AttentionInputs {
+    /// Each `[batch, heads, seq, head_dim]`; the output is too.
+    Separate {
+        q: Box<dyn Any>,
+        k: Box<dyn Any>,
+        v: Box<dyn Any>,
+    },
+    /// Side by side along the last dimension of one `[batch, seq, 3 · heads · head_dim]`
+    /// tensor, as one projection makes them; the output is `[batch, seq, heads · head_dim]`.
+    Packed { qkv: Box<dyn Any>, heads: usize },
 }
 
 composite_op_registry!(AttentionArgs);
@@ -57,16 +68,22 @@ fn inference<B: Backend>(args: AttentionArgs) -> Box<dyn Any> {
         scale: args.scale as f32,
     };
     let bias = args.bias.map(unbox::<Prim<B>>);
-    let (_, output) = forward::<B>(unbox(args.q), unbox(args.k), unbox(args.v), bias, call);
+    let output = match args.inputs {
+        AttentionInputs::Separate { q, k, v } => {
+            forward::<B>(unbox(q), unbox(k), unbox(v), bias, call).1
+        }
+        AttentionInputs::Packed { qkv, heads } => {
+            let [q, k, v] = packed::unpack::<B>(unbox(qkv), heads);
+            packed::merge_heads::<B>(forward::<B>(q, k, v, bias, call).1)
+        }
+    };
     Box::new(output)
 }
 
-/// The entry for `Autodiff<Frugal<B>, C>`: one autodiff node.
+/// The entry for `Autodiff<Frugal<B>, C>`: one autodiff node, its parents q, k and v, or the
+/// packed tensor.
 fn autodiff<B: Backend, C: CheckpointStrategy>(args: AttentionArgs) -> Box<dyn Any> {
     type Ad<B, C> = Autodiff<Frugal<B>, C>;
-    let q: FloatTensor<Ad<B, C>> = unbox(args.q);
-    let k: FloatTensor<Ad<B, C>> = unbox(args.k);
-    let v: FloatTensor<Ad<B, C>> = unbox(args.v);
     // The bias is a constant here (`crate::nn::attention` takes the written-out path when
     // it needs a gradient).
     let bias = args
@@ -76,18 +93,41 @@ fn autodiff<B: Backend, C: CheckpointStrategy>(args: AttentionArgs) -> Box<dyn A
         causal: args.causal,
         scale: args.scale as f32,
     };
-    let prep = AttentionBackward::<B>(PhantomData)
-        .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
-        .compute_bound()
-        .stateful();
-    let out = match prep {
-        OpsKind::Tracked(prep) => {
-            let (saved, output) = forward::<B>(q.primitive, k.primitive, v.primitive, bias, call);
-            prep.finish(saved, output)
+    let out = match args.inputs {
+        AttentionInputs::Separate { q, k, v } => {
+            let q: FloatTensor<Ad<B, C>> = unbox(q);
+            let k: FloatTensor<Ad<B, C>> = unbox(k);
+            let v: FloatTensor<Ad<B, C>> = unbox(v);
+            let prep = AttentionBackward::<B>(PhantomData)
+                .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
+                .compute_bound()
+                .stateful();
+            match prep {
+                OpsKind::Tracked(prep) => {
+                    let (saved, output) =
+                        forward::<B>(q.primitive, k.primitive, v.primitive, bias, call);
+                    prep.finish(saved, output)
+                }
+                OpsKind::UnTracked(prep) => {
+                    let (_, output) =
+                        forward::<B>(q.primitive, k.primitive, v.primitive, bias, call);
+                    prep.finish(output)
+                }
+            }
         }
-        OpsKind::UnTracked(prep) => {
-            let (_, output) = forward::<B>(q.primitive, k.primitive, v.primitive, bias, call);
-            prep.finish(output)
+        AttentionInputs::Packed { qkv, heads } => {
+            let qkv: FloatTensor<Ad<B, C>> = unbox(qkv);
+            let prep = packed::PackedAttentionBackward::<B>(PhantomData)
+                .prepare::<C>([qkv.node.clone()])
+                .compute_bound()
+                .stateful();
+            let [q, k, v] = packed::unpack::<B>(qkv.primitive, heads);
+            let (saved, output) = forward::<B>(q, k, v, bias, call);
+            let output = packed::merge_heads::<B>(output);
+            match prep {
+                OpsKind::Tracked(prep) => prep.finish(saved, output),
+                OpsKind::UnTracked(prep) => prep.finish(output),
+            }
         }
     };
     Box::new(out)
@@ -302,6 +342,80 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
     let inputs =
         portable::BackwardInputs::new(saved.q, saved.k, saved.v, saved.bias, saved.out, lse, grad);
     portable::backward::<Frugal<B>>(inputs, saved.call)
+}
+
+/// Packed q, k and v: the views that take them apart, the node over the packed tensor, and the
+/// gradients put back side by side.
+mod packed {
+    use super::*;
+
+    fn tensor<B: Backend, const D: usize>(p: Prim<B>) -> Tensor<Frugal<B>, D> {
+        Tensor::from_primitive(TensorPrimitive::Float(p))
+    }
+
+    fn prim<B: Backend, const D: usize>(t: Tensor<Frugal<B>, D>) -> Prim<B> {
+        t.into_primitive().tensor()
+    }
+
+    /// q, k and v `[batch, heads, seq, head_dim]`, views of `qkv` `[batch, seq, 3 · d]`.
+    pub(super) fn unpack<B: Backend>(qkv: Prim<B>, heads: usize) -> [Prim<B>; 3] {
+        let qkv = tensor::<B, 3>(qkv);
+        let [batch, seq, width] = qkv.dims();
+        let d = width / 3;
+        [0, 1, 2].map(|i| {
+            prim(
+                qkv.clone()
+                    .slice([0..batch, 0..seq, i * d..(i + 1) * d])
+                    .reshape([batch, seq, heads, d / heads])
+                    .swap_dims(1, 2),
+            )
+        })
+    }
+
+    /// `[batch, heads, seq, head_dim]` to `[batch, seq, heads · head_dim]`.
+    pub(super) fn merge_heads<B: Backend>(out: Prim<B>) -> Prim<B> {
+        let [batch, heads, seq, head_dim] = out.shape().dims::<4>();
+        prim(
+            tensor::<B, 4>(out)
+                .swap_dims(1, 2)
+                .reshape([batch, seq, heads * head_dim]),
+        )
+    }
+
+    /// `[batch, seq, heads · head_dim]` to `[batch, heads, seq, head_dim]` (a view).
+    fn split_heads<B: Backend>(grad: Prim<B>, heads: usize) -> Prim<B> {
+        let [batch, seq, d] = grad.shape().dims::<3>();
+        prim(
+            tensor::<B, 3>(grad)
+                .reshape([batch, seq, heads, d / heads])
+                .swap_dims(1, 2),
+        )
+    }
+
+    /// The backward node over the packed tensor: one gradient, dq, dk and dv side by side, in
+    /// one concatenation (three slices' backward would zero the packed shape three times and
+    /// add the three).
+    #[derive(Debug)]
+    pub(super) struct PackedAttentionBackward<B>(pub(super) PhantomData<fn() -> B>);
+
+    impl<B: Backend> Backward<Frugal<B>, 1> for PackedAttentionBackward<B> {
+        type State = Saved<B>;
+
+        fn backward(self, ops: Ops<Saved<B>, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let [node] = ops.parents;
+            let grad = grads.consume::<Frugal<B>>(&ops.node);
+            let Some(node) = node else {
+                return;
+            };
+            let saved = ops.state;
+            let heads = saved.q.shape().dims::<4>()[1];
+            let dtype = saved.dtypes[0];
+            let parts = backward::<B>(saved, split_heads::<B>(grad, heads))
+                .map(|g| tensor::<B, 4>(merge_heads::<B>(cast_to::<B>(g, dtype))));
+            let packed = Tensor::cat(parts.into(), 2);
+            grads.register::<Frugal<B>>(node.id, prim(packed));
+        }
+    }
 }
 
 /// Attention on any backend's own ops, per block of query rows: no tensor of more than

@@ -11,7 +11,8 @@ use burn::module::Module;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Distribution, Tensor};
 use frugal::nn::{
-    AttentionOptions, MhaInput, MultiHeadAttentionConfig, attention, attention_written_out,
+    AttentionOptions, MhaInput, MultiHeadAttentionConfig, attention, attention_packed,
+    attention_written_out,
 };
 use frugal::{Frugal, memory};
 
@@ -308,4 +309,79 @@ fn multi_head_attention_matches_burn_nns_layer() {
     assert_close(as4(by_mask), as4(reference), "mask vs burn-nn");
     let grads = by_flag.sum().backward();
     assert!(x.grad(&grads).is_some());
+}
+
+/// The output and the packed tensor's gradient of `attention_packed` for the loss
+/// `sum(out * g)`, on `Bk`.
+fn run_packed<Bk: AutodiffBackend>(
+    qkv: &Tensor<Bk, 3>,
+    g: &Tensor<Bk, 3>,
+    heads: usize,
+    options: AttentionOptions<Bk>,
+) -> [Tensor<Bk::InnerBackend, 3>; 2] {
+    let qkv = qkv.clone().require_grad();
+    let out = attention_packed(qkv.clone(), heads, options);
+    let grads = (out.clone() * g.clone()).sum().backward();
+    [out.inner(), qkv.grad(&grads).unwrap()]
+}
+
+#[test]
+fn packed_attention_matches_sliced_heads_and_plain_burn() {
+    let _serial = serial();
+    let device = NdArrayDevice::default();
+    let (batch, seq, heads, head_dim) = (2, 9, 3, 4);
+    let width = 3 * heads * head_dim;
+    let packed =
+        |seed: u64| input::<B>([1, batch, seq, width], seed, &device).reshape([batch, seq, width]);
+    let (qkv, g) = (
+        packed(11),
+        packed(12).slice([0..batch, 0..seq, 0..heads * head_dim]),
+    );
+    let to_plain =
+        |t: &Tensor<B, 3>| Tensor::<Autodiff<NdArray>, 3>::from_data(t.to_data(), &device);
+    let options = || AttentionOptions::causal();
+    let calls = attention_calls();
+    let fused = run_packed(&qkv, &g, heads, options());
+    // One node: its forward and its backward.
+    assert_eq!(attention_calls() - calls, 2, "one attention node");
+    // The same, written by hand: three slices, heads split, `attention`, heads merged.
+    let sliced = {
+        let x = qkv.clone().require_grad();
+        let d = heads * head_dim;
+        let part = |i: usize| {
+            x.clone()
+                .slice([0..batch, 0..seq, i * d..(i + 1) * d])
+                .reshape([batch, seq, heads, head_dim])
+                .swap_dims(1, 2)
+        };
+        let out = attention(part(0), part(1), part(2), options())
+            .swap_dims(1, 2)
+            .reshape([batch, seq, d]);
+        let grads = (out.clone() * g.clone()).sum().backward();
+        [out.inner(), x.grad(&grads).unwrap()]
+    };
+    let plain = run_packed(
+        &to_plain(&qkv),
+        &to_plain(&g),
+        heads,
+        AttentionOptions::causal(),
+    );
+    for (i, name) in ["out", "grad qkv"].iter().enumerate() {
+        let f = fused[i].clone().unsqueeze::<4>();
+        assert_close(
+            f.clone(),
+            sliced[i].clone().unsqueeze::<4>(),
+            &format!("{name}, sliced"),
+        );
+        let p = Tensor::<Frugal<NdArray>, 3>::from_data(plain[i].to_data(), &device);
+        assert_close(f, p.unsqueeze::<4>(), &format!("{name}, plain Burn"));
+    }
+}
+
+#[test]
+#[should_panic(expected = "a multiple of 3 · heads")]
+fn packed_attention_names_a_width_it_cannot_split() {
+    let device = NdArrayDevice::default();
+    let qkv = Tensor::<B, 3>::zeros([1, 4, 20], &device);
+    let _ = attention_packed(qkv, 3, AttentionOptions::causal());
 }
