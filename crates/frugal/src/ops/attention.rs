@@ -408,11 +408,13 @@ mod packed {
                 return;
             };
             let saved = ops.state;
-            let heads = saved.q.shape().dims::<4>()[1];
+            let [batch, heads, seq, head_dim] = saved.q.shape().dims::<4>();
             let dtype = saved.dtypes[0];
+            // Each gradient as a `[batch, seq, heads, head_dim]` view, concatenated along the
+            // heads: the copy into the packed tensor is the only one.
             let parts = backward::<B>(saved, split_heads::<B>(grad, heads))
-                .map(|g| tensor::<B, 4>(merge_heads::<B>(cast_to::<B>(g, dtype))));
-            let packed = Tensor::cat(parts.into(), 2);
+                .map(|g| tensor::<B, 4>(cast_to::<B>(g, dtype)).swap_dims(1, 2));
+            let packed = Tensor::cat(parts.into(), 2).reshape([batch, seq, 3 * heads * head_dim]);
             grads.register::<Frugal<B>>(node.id, prim(packed));
         }
     }
