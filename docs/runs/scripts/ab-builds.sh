@@ -23,10 +23,10 @@ one torch_gpt 90 python3 torch_gpt.py --configs bf16_sdpa
 one torch_best 200 python3 torch_best.py --configs bf16_sdpa_fusedadam,bf16_compile_amb20
 COMMON="--device frugal-cuda --fused-attention --optimizer adamw-fused --loss fused --warmup 4"
 for c in ${CONFIGS:-bf16-lowout}; do for i in $(seq ${PAIRS:-3}); do for b in peak-memory-before peak-memory; do
-  one $b-$c-$i 90 ./$b $COMMON --only $c --steps 24 --profile-kernels
+  one $b-$c-$i 90 ./$b $COMMON --only $c --steps ${STEPS:-24} --profile-kernels
 done; done; done
 for i in $(seq ${BPAIRS:-2}); do for b in peak-memory-before peak-memory; do
-  one $b-budget-$i 100 ./$b $COMMON --configs bf16-lowout-budget-1/3 --reference-peak 6779785728 --steps 24
+  one $b-budget-$i 100 ./$b $COMMON --configs bf16-lowout-budget-1/3 --reference-peak 6779785728 --steps ${STEPS:-24}
 done; done
 tar czf $OUT/lk.tgz -C /tmp lk
 (cd ../target && tar czf $OUT/cubecl-cache.tgz autotune frugal-cuda-kernels 2>/dev/null)
