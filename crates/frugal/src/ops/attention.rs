@@ -348,22 +348,15 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
 /// gradients put back side by side.
 mod packed {
     use super::*;
-
-    fn tensor<B: Backend, const D: usize>(p: Prim<B>) -> Tensor<Frugal<B>, D> {
-        Tensor::from_primitive(TensorPrimitive::Float(p))
-    }
-
-    fn prim<B: Backend, const D: usize>(t: Tensor<Frugal<B>, D>) -> Prim<B> {
-        t.into_primitive().tensor()
-    }
+    use crate::ops::convert::{frugal_primitive, frugal_tensor};
 
     /// q, k and v `[batch, heads, seq, head_dim]`, views of `qkv` `[batch, seq, 3 · d]`.
     pub(super) fn unpack<B: Backend>(qkv: Prim<B>, heads: usize) -> [Prim<B>; 3] {
-        let qkv = tensor::<B, 3>(qkv);
+        let qkv = frugal_tensor::<B, 3>(qkv);
         let [batch, seq, width] = qkv.dims();
         let d = width / 3;
         [0, 1, 2].map(|i| {
-            prim(
+            frugal_primitive(
                 qkv.clone()
                     .slice([0..batch, 0..seq, i * d..(i + 1) * d])
                     .reshape([batch, seq, heads, d / heads])
@@ -375,18 +368,18 @@ mod packed {
     /// `[batch, heads, seq, head_dim]` to `[batch, seq, heads · head_dim]`.
     pub(super) fn merge_heads<B: Backend>(out: Prim<B>) -> Prim<B> {
         let [batch, heads, seq, head_dim] = out.shape().dims::<4>();
-        prim(
-            tensor::<B, 4>(out)
-                .swap_dims(1, 2)
-                .reshape([batch, seq, heads * head_dim]),
-        )
+        frugal_primitive(frugal_tensor::<B, 4>(out).swap_dims(1, 2).reshape([
+            batch,
+            seq,
+            heads * head_dim,
+        ]))
     }
 
     /// `[batch, seq, heads · head_dim]` to `[batch, heads, seq, head_dim]` (a view).
     fn split_heads<B: Backend>(grad: Prim<B>, heads: usize) -> Prim<B> {
         let [batch, seq, d] = grad.shape().dims::<3>();
-        prim(
-            tensor::<B, 3>(grad)
+        frugal_primitive(
+            frugal_tensor::<B, 3>(grad)
                 .reshape([batch, seq, heads, d / heads])
                 .swap_dims(1, 2),
         )
@@ -413,9 +406,9 @@ mod packed {
             // Each gradient as a `[batch, seq, heads, head_dim]` view, concatenated along the
             // heads: the copy into the packed tensor is the only one.
             let parts = backward::<B>(saved, split_heads::<B>(grad, heads))
-                .map(|g| tensor::<B, 4>(cast_to::<B>(g, dtype)).swap_dims(1, 2));
+                .map(|g| frugal_tensor::<B, 4>(cast_to::<B>(g, dtype)).swap_dims(1, 2));
             let packed = Tensor::cat(parts.into(), 2).reshape([batch, seq, 3 * heads * head_dim]);
-            grads.register::<Frugal<B>>(node.id, prim(packed));
+            grads.register::<Frugal<B>>(node.id, frugal_primitive(packed));
         }
     }
 }

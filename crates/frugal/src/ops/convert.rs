@@ -1,5 +1,7 @@
 //! Conversions between Frugal's and the inner backend's composite types (tensor primitives,
-//! quantization parameters, pooling outputs), used by the forwarding macro, and autocast's cast.
+//! quantization parameters, pooling outputs), used by the forwarding macro; autocast's cast; and
+//! the float primitive of `Frugal<B>` to and from a tensor, for the composite ops written with
+//! Burn's tensor API.
 
 use burn_backend::{
     Backend, DType, TensorMetadata, TensorPrimitive,
@@ -9,6 +11,7 @@ use burn_backend::{
 use std::sync::Arc;
 
 use burn_std::FloatDType;
+use burn_tensor::Tensor;
 
 use crate::backend::Frugal;
 use crate::device::DeviceState;
@@ -158,4 +161,18 @@ pub(crate) fn cast_to<B: Backend>(
         storage.keep_cast(dtype, cast.clone());
     }
     cast
+}
+
+/// A float primitive of `Frugal<B>` as a tensor of rank `D`.
+pub(crate) fn frugal_tensor<B: Backend, const D: usize>(
+    p: burn_backend::tensor::FloatTensor<Frugal<B>>,
+) -> Tensor<Frugal<B>, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+/// A tensor's float primitive of `Frugal<B>`.
+pub(crate) fn frugal_primitive<B: Backend, const D: usize>(
+    t: Tensor<Frugal<B>, D>,
+) -> burn_backend::tensor::FloatTensor<Frugal<B>> {
+    t.into_primitive().tensor()
 }

@@ -21,13 +21,13 @@ use burn_autodiff::{
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
-use burn_backend::{Backend, DType, TensorMetadata, TensorPrimitive, tensor::FloatTensor};
+use burn_backend::{Backend, DType, TensorMetadata, tensor::FloatTensor};
 use burn_tensor::{Int, Tensor};
 
 use crate::backend::Frugal;
 use crate::kernels;
 use crate::op::families::activation::{Op, op};
-use crate::ops::convert::cast_to;
+use crate::ops::convert::{cast_to, frugal_primitive, frugal_tensor};
 use crate::ops::registry::{composite_op_registry, unbox};
 use crate::remat::FloatKind;
 use crate::tensor::FrugalTensor;
@@ -47,27 +47,19 @@ composite_op_registry!(LinearCrossEntropyArgs);
 type Prim<B> = FloatTensor<Frugal<B>>;
 type Targets<B> = burn_backend::tensor::IntTensor<Frugal<B>>;
 
-fn tensor<B: Backend, const D: usize>(p: Prim<B>) -> Tensor<Frugal<B>, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
-}
-
-fn prim<B: Backend, const D: usize>(t: Tensor<Frugal<B>, D>) -> Prim<B> {
-    t.into_primitive().tensor()
-}
-
 /// The entry for `Frugal<B>` without autodiff: the loss only.
 fn inference<B: Backend>(args: LinearCrossEntropyArgs) -> Box<dyn Any> {
-    let bias = args.bias.map(|b| tensor::<B, 1>(unbox(b)));
+    let bias = args.bias.map(|b| frugal_tensor::<B, 1>(unbox(b)));
     let (loss, _) = portable::forward(
-        tensor::<B, 2>(unbox(args.x)),
-        tensor::<B, 2>(unbox(args.weight)),
+        frugal_tensor::<B, 2>(unbox(args.x)),
+        frugal_tensor::<B, 2>(unbox(args.weight)),
         bias,
         Tensor::<Frugal<B>, 1, Int>::from_primitive(unbox::<Targets<B>>(args.targets)),
         args.chunk_rows,
         false,
         Some(&rows_by_kernel::<B>),
     );
-    Box::new(prim(loss))
+    Box::new(frugal_primitive(loss))
 }
 
 /// The entry for `Autodiff<Frugal<B>, C>`: one autodiff node, its parents x, the weight and
@@ -122,9 +114,9 @@ fn record<B: Backend, C: CheckpointStrategy, const N: usize>(
     let rows = call.x.shape().dims::<2>()[0];
     let run = |grads: bool| {
         portable::forward(
-            tensor::<B, 2>(call.x),
-            tensor::<B, 2>(call.weight),
-            call.bias.map(tensor::<B, 1>),
+            frugal_tensor::<B, 2>(call.x),
+            frugal_tensor::<B, 2>(call.weight),
+            call.bias.map(frugal_tensor::<B, 1>),
             Tensor::<Frugal<B>, 1, Int>::from_primitive(call.targets),
             call.chunk_rows,
             grads,
@@ -136,15 +128,15 @@ fn record<B: Backend, C: CheckpointStrategy, const N: usize>(
             let (loss, grads) = run(true);
             let grads = grads.expect("frugal: internal error: the gradients were asked for");
             let saved = Saved {
-                dx: prim(grads.x),
-                dweight: prim(grads.weight),
-                dbias: grads.bias.map(prim),
+                dx: frugal_primitive(grads.x),
+                dweight: frugal_primitive(grads.weight),
+                dbias: grads.bias.map(frugal_primitive),
                 rows,
                 dtypes: call.dtypes,
             };
-            prep.finish(saved, prim(loss))
+            prep.finish(saved, frugal_primitive(loss))
         }
-        OpsKind::UnTracked(prep) => prep.finish(prim(run(false).0)),
+        OpsKind::UnTracked(prep) => prep.finish(frugal_primitive(run(false).0)),
     }
 }
 
@@ -170,7 +162,8 @@ impl<B: Backend, const N: usize> Backward<Frugal<B>, N> for LinearCrossEntropyBa
         let saved = ops.state;
         // The loss is the mean over rows: its gradient over the row count scales the summed
         // loss's gradients, in f32 whatever their own type.
-        let scale = tensor::<B, 1>(cast_to::<B>(grad, DType::F32)).div_scalar(saved.rows as f64);
+        let scale =
+            frugal_tensor::<B, 1>(cast_to::<B>(grad, DType::F32)).div_scalar(saved.rows as f64);
         let [x, weight, bias] = saved.dtypes;
         let computed = [
             Some(scaled::<B, 2>(saved.dx, &scale, x)),
@@ -191,8 +184,8 @@ fn scaled<B: Backend, const D: usize>(
     scale: &Tensor<Frugal<B>, 1>,
     dtype: DType,
 ) -> Prim<B> {
-    let g = tensor::<B, D>(cast_to::<B>(g, DType::F32));
-    cast_to::<B>(prim(g * scale.clone().reshape([1; D])), dtype)
+    let g = frugal_tensor::<B, D>(cast_to::<B>(g, DType::F32));
+    cast_to::<B>(frugal_primitive(g * scale.clone().reshape([1; D])), dtype)
 }
 
 /// Each row's loss and, with `with_grad`, the logits' gradient, by Frugal's kernel when the
@@ -206,7 +199,7 @@ fn rows_by_kernel<B: Backend>(
     if !kernels::may_launch::<B>() {
         return None;
     }
-    let logits = prim(logits.clone());
+    let logits = frugal_primitive(logits.clone());
     let state = logits.state();
     let id = op(Op::log_softmax);
     let [rows, classes] = logits.shape().dims::<2>();
@@ -227,8 +220,8 @@ fn rows_by_kernel<B: Backend>(
     let bytes = loss.storage_bytes() + grad.as_ref().map_or(0, |g| g.storage_bytes());
     state.enforce(Some(id), bytes);
     Some(portable::Rows {
-        loss: tensor(loss),
-        grad: grad.map(tensor),
+        loss: frugal_tensor(loss),
+        grad: grad.map(frugal_tensor),
     })
 }
 
