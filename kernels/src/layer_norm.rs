@@ -19,8 +19,15 @@ use crate::{FloatDtype, KernelError};
 /// Most units that share one row.
 const ROW_UNITS: u32 = 256;
 /// Rows summed by one unit of the parameter-gradient kernel before its partial sum is
-/// written: enough partial sums to fill the device, few enough to add up cheaply.
-const CHUNK_ROWS: usize = 32;
+/// written: short enough that the unit's chain of dependent loads is short and that the
+/// units fill the device, long enough that the partial sums stay few to add up.
+const CHUNK_ROWS: usize = 8;
+/// Columns of one cube of the kernel that adds the partial sums.
+const TOTALS_COLUMNS: usize = 8;
+/// Units that share one column's partial sums in that kernel.
+const TOTALS_CHUNK_LANES: usize = 32;
+/// Units of one cube of that kernel.
+const TOTALS_UNITS: usize = TOTALS_COLUMNS * TOTALS_CHUNK_LANES;
 
 /// The shape of a layer norm call: `rows` rows of `width` values each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -276,47 +283,63 @@ fn param_partials_kernel<E: Float, N: Size>(
     partial_beta[at] = sum_beta;
 }
 
-/// One unit per vector of columns: the partial sums of every chunk added, in the dtype of
-/// the parameters.
+/// One cube per [`TOTALS_COLUMNS`] columns, [`TOTALS_CHUNK_LANES`] units per column: each
+/// unit adds every `TOTALS_CHUNK_LANES`-th chunk's partial sum, four loads in flight at a
+/// time, then the first unit of each column adds the lanes' sums and writes the total in the
+/// dtype of the parameters. One unit per column walking all chunks would wait on one load
+/// after another.
 #[cube(launch_unchecked)]
-fn param_totals_kernel<E: Float, N: Size>(
-    partial_gamma: &Array<Vector<f32, N>>,
-    partial_beta: &Array<Vector<f32, N>>,
-    grad_gamma: &mut Array<Vector<E, N>>,
-    grad_beta: &mut Array<Vector<E, N>>,
-    vectors: usize,
+#[allow(clippy::too_many_arguments)]
+fn param_totals_kernel<E: Float>(
+    partial_gamma: &Array<f32>,
+    partial_beta: &Array<f32>,
+    grad_gamma: &mut Array<E>,
+    grad_beta: &mut Array<E>,
+    width: usize,
     chunks: usize,
     #[comptime] has_beta: bool,
     #[define(E)] _dtype: StorageType,
 ) {
-    let column = ABSOLUTE_POS;
-    if column >= vectors {
-        terminate!();
-    }
-    let lanes = N::value();
-    let mut sum_gamma = Vector::<f32, N>::new(0.0f32);
-    let mut sum_beta = Vector::<f32, N>::new(0.0f32);
-    let mut chunk = 0;
-    while chunk < chunks {
-        let g = partial_gamma[chunk * vectors + column];
-        let b = partial_beta[chunk * vectors + column];
-        #[unroll]
-        for c in 0..lanes {
-            sum_gamma[c] = sum_gamma[c] + g[c];
-            sum_beta[c] = sum_beta[c] + b[c];
+    let unit = UNIT_POS as usize;
+    let lane = unit / TOTALS_COLUMNS;
+    let column = cube_index() * TOTALS_COLUMNS + unit % TOTALS_COLUMNS;
+    let mut sums_gamma = SharedMemory::<f32>::new(TOTALS_UNITS);
+    let mut sums_beta = SharedMemory::<f32>::new(TOTALS_UNITS);
+    let mut sum_gamma = 0.0f32;
+    let mut sum_beta = 0.0f32;
+    if column < width {
+        let step = TOTALS_CHUNK_LANES * width;
+        let end = chunks * width;
+        let mut at = lane * width + column;
+        while at + 3 * step < end {
+            let g = (partial_gamma[at] + partial_gamma[at + step])
+                + (partial_gamma[at + 2 * step] + partial_gamma[at + 3 * step]);
+            let b = (partial_beta[at] + partial_beta[at + step])
+                + (partial_beta[at + 2 * step] + partial_beta[at + 3 * step]);
+            sum_gamma += g;
+            sum_beta += b;
+            at += 4 * step;
         }
-        chunk += 1;
+        while at < end {
+            sum_gamma += partial_gamma[at];
+            sum_beta += partial_beta[at];
+            at += step;
+        }
     }
-    let mut out_gamma = Vector::<E, N>::new(E::from_int(0));
-    let mut out_beta = Vector::<E, N>::new(E::from_int(0));
-    #[unroll]
-    for c in 0..lanes {
-        out_gamma[c] = E::cast_from(sum_gamma[c]);
-        out_beta[c] = E::cast_from(sum_beta[c]);
-    }
-    grad_gamma[column] = out_gamma;
-    if has_beta {
-        grad_beta[column] = out_beta;
+    sums_gamma[unit] = sum_gamma;
+    sums_beta[unit] = sum_beta;
+    // Every unit reaches the barrier: none returns early.
+    sync_cube();
+    if lane == 0 && column < width {
+        #[unroll]
+        for other in 1..TOTALS_CHUNK_LANES {
+            sum_gamma += sums_gamma[other * TOTALS_COLUMNS + unit];
+            sum_beta += sums_beta[other * TOTALS_COLUMNS + unit];
+        }
+        grad_gamma[column] = E::cast_from(sum_gamma);
+        if has_beta {
+            grad_beta[column] = E::cast_from(sum_beta);
+        }
     }
 }
 
@@ -453,8 +476,7 @@ pub fn layer_norm_backward<R: Runtime>(
     let partial_gamma = client.empty(partial_len * 4);
     let partial_beta = client.empty(partial_len * 4);
     let units = row_units(client, vectors);
-    let totals_cube = CubeDim::new(client, vectors);
-    let totals_count = cubecl::calculate_cube_count_elemwise(client, vectors, totals_cube);
+    let totals_count = grid(client, shape.width.div_ceil(TOTALS_COLUMNS))?;
     // SAFETY: `grad_output`, `input` and `grad_input` hold `rows * width` values, `gamma`,
     // `grad_gamma` and `grad_beta` `width`, the partial sums `chunks * width` f32 values, and
     // `mean` and `rstd` `rows` (checked or just allocated); all lengths are multiples of the
@@ -502,8 +524,7 @@ pub fn layer_norm_backward<R: Runtime>(
         param_totals_kernel::launch_unchecked::<R>(
             client,
             totals_count,
-            totals_cube,
-            lanes,
+            CubeDim::new_1d(TOTALS_UNITS as u32),
             ArrayArg::from_raw_parts(partial_gamma, partial_len),
             ArrayArg::from_raw_parts(partial_beta, partial_len),
             ArrayArg::from_raw_parts(grad_gamma.clone(), shape.width),
@@ -511,7 +532,7 @@ pub fn layer_norm_backward<R: Runtime>(
                 grad_beta.as_ref().unwrap_or(&grad_gamma).clone(),
                 shape.width,
             ),
-            vectors,
+            shape.width,
             chunks,
             with_beta,
             dtype.storage_type(),

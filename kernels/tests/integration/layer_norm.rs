@@ -10,8 +10,10 @@ use frugal_kernels::{
 };
 
 /// `(rows, width)`: one row; a width of odd length (one value per load); rows that fill
-/// several chunks of the parameters' partial sums, one left over; a wide row.
-const CASES: [(usize, usize); 4] = [(1, 8), (37, 13), (100, 96), (9, 1_536)];
+/// several chunks of the parameters' partial sums, one left over; a wide row; more chunks
+/// than units that add one column's partial sums, and a width that leaves the last cube of
+/// columns partly empty.
+const CASES: [(usize, usize); 5] = [(1, 8), (37, 13), (100, 96), (9, 1_536), (1_100, 40)];
 
 /// Deterministic values in about ±1.5.
 fn moderate(len: usize, seed: u64) -> Vec<f32> {
