@@ -18,6 +18,7 @@ use burn_optim::GradientsParams;
 
 use crate::backend::Frugal;
 use crate::device::DeviceState;
+use crate::engine::Reclaim;
 pub use crate::engine::{EvictionMode, Policy, RematStats};
 pub use crate::ledger::{Event, EventKind, Phase, Role, RoleBytes};
 pub use crate::report::{Holder, MemoryReport, PeakHolders, Snapshot};
@@ -181,8 +182,9 @@ pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
         None => log::info!("frugal: no memory budget on {device:?}"),
     }
     state.set_budget(bytes);
-    let rescue = bytes
-        .map(|_| -> OomRescue { Box::new(move |requested| state.free_for_allocation(requested)) });
+    let rescue = bytes.map(|_| -> OomRescue {
+        Box::new(move |requested| state.reclaim(Reclaim::Allocation { bytes: requested }))
+    });
     set_oom_rescue(device, rescue);
     set_growth_limit(
         device,

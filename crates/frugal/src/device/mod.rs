@@ -14,7 +14,7 @@ use std::sync::{Mutex, RwLock};
 use burn_backend::{DType, DeviceId, DeviceOps, TensorMetadata};
 
 use crate::autocast::PrecisionTable;
-use crate::engine::Budget;
+use crate::engine::{Budget, Reclaim};
 use crate::ledger::{Charge, Ledger, Role};
 use crate::op::OpId;
 use crate::runtime::available_host_memory;
@@ -149,47 +149,17 @@ impl DeviceState {
         }
         self.budget.set_limit(limit);
         self.update_managing();
-        self.enforce(None, 0);
+        self.reclaim(Reclaim::AfterOp {
+            op: None,
+            needed: 0,
+        });
     }
 
-    /// Frees at least `bytes` of the device's memory for an allocation that failed, from
-    /// inside it: only tensors whose drop needs no device work (see
-    /// `Budget::free_without_device_work`) and only as long as a budget is set. The bytes
-    /// freed.
-    pub(crate) fn free_for_allocation(&self, bytes: u64) -> u64 {
-        match self.budget.limit() {
-            // A little more than asked, so the next allocations do not each fail again.
-            Some(limit) => self
-                .budget
-                .free_without_device_work(&self.ledger, bytes.saturating_add(limit / 16)),
-            None => 0,
-        }
-    }
-
-    /// Evicts until live bytes are within the budget, after `op` needed `needed` bytes;
-    /// panics with the figures if nothing more can be evicted.
+    /// Frees memory under the budget for `request` (see [`Reclaim`]); the bytes freed. Runs
+    /// before and after every op, and from the allocator when an allocation fails.
     #[inline]
-    pub(crate) fn enforce(&self, op: Option<OpId>, needed: u64) {
-        self.budget.enforce(&self.ledger, op, needed);
-    }
-
-    /// Makes room under the budget for `op`, about to run, whose largest input has
-    /// `largest_input` bytes (see [`Budget::make_room`]).
-    #[inline]
-    pub(crate) fn make_room(&self, op: OpId, largest_input: u64) {
-        self.budget.make_room(&self.ledger, op, largest_input);
-    }
-
-    /// Makes room under the budget for a tensor of `bytes` about to be made (restored, or a
-    /// product's output).
-    pub(crate) fn make_room_for(&self, bytes: u64) {
-        self.budget.make_room_for(&self.ledger, bytes);
-    }
-
-    /// Evicts what it can towards the budget without failing (between the restores of a
-    /// chain).
-    pub(crate) fn relieve(&self) {
-        self.budget.relieve(&self.ledger);
+    pub(crate) fn reclaim(&self, request: Reclaim) -> u64 {
+        self.budget.reclaim(&self.ledger, request)
     }
 
     /// Opens a checkpoint scope.

@@ -1,5 +1,6 @@
 //! Layer 2, the eviction engine: a device's memory budget, the registry of cells it may evict,
-//! and the search that picks which to drop and how when live bytes exceed the budget.
+//! and the search that picks which to drop and how when live bytes exceed the budget
+//! (`reclaim.rs`, entered through [`Budget::reclaim`] for every [`Reclaim`]).
 //!
 //! Owns: the budget's limit and [`Policy`], the registry, the logical clock, the counters
 //! behind [`RematStats`]. Imports: `ledger`, `op`, `units`. It sees cells only through
@@ -9,20 +10,22 @@
 mod host_share;
 mod plan;
 mod policy;
+mod reclaim;
 mod stats;
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::ledger::Ledger;
 use crate::op::OpId;
-use crate::units::{LowPrecision, format_bytes};
+use crate::units::LowPrecision;
 
 use host_share::{HostShare, PROCESS_HOST_SHARE};
 pub(crate) use plan::{SegmentEvent, StepPlan};
 pub(crate) use policy::Candidate;
 pub use policy::{Action, EvictionMode, Policy};
+use reclaim::OffloadBatch;
+pub(crate) use reclaim::Reclaim;
 pub use stats::RematStats;
 pub(crate) use stats::{Counter, Counters};
 
@@ -205,7 +208,7 @@ pub(crate) trait Evictable: Send + Sync {
     /// backend); its device bytes leave the ledger now. `false` if it cannot be offloaded.
     fn offload_into(self: Arc<Self>, batch: &mut dyn HostBatch) -> bool;
     /// Whether dropping its device tensor gives the memory back at once, with no call to the
-    /// device (see [`Budget::free_without_device_work`]).
+    /// device (see [`Reclaim::Allocation`]).
     fn drop_frees_at_once(&self) -> bool;
     /// Forgets how to recompute it, if it is on the device: a segment's checkpoint, which
     /// the budget never recomputes, so that the dropped tensors its recipe held (and theirs,
@@ -248,7 +251,7 @@ pub(crate) struct Budget {
     /// The learned step and the reads recorded under it.
     plan: Mutex<StepPlan>,
     /// Under a limit and a learned step: the op and bytes of the tensor the program makes next
-    /// (see [`StepPlan::next_made`]) packed by [`pack_next`], for [`Budget::make_room`] to
+    /// (see [`StepPlan::next_made`]) packed by [`pack_next`], for [`Reclaim::BeforeOp`] to
     /// read without the plan's lock; 0 for none.
     next_made: AtomicU64,
     counters: Counters,
@@ -581,420 +584,6 @@ impl Budget {
         self.counters.sub(Counter::host_bytes, bytes);
         self.host_share.sub(bytes);
     }
-
-    /// The resident cells of each buffer that several cells share, for the buffers whose every
-    /// holder is a cell (no tensor outside the budget's view also points into them).
-    fn shared_buffers(&self) -> Vec<Vec<Arc<dyn Evictable>>> {
-        let mut groups: std::collections::HashMap<usize, (usize, Vec<Arc<dyn Evictable>>)> =
-            Default::default();
-        for cell in self.cells() {
-            if let Some((storage, holders)) = cell.storage_holders()
-                && holders > 1
-            {
-                groups
-                    .entry(storage)
-                    .or_insert((holders, Vec::new()))
-                    .1
-                    .push(cell);
-            }
-        }
-        let mut groups: Vec<_> = groups
-            .into_values()
-            .filter(|(holders, cells)| *holders == cells.len())
-            .map(|(_, cells)| cells)
-            .collect();
-        // In creation order, so that ties are broken the same way every step.
-        groups.sort_by_key(|cells| cells.iter().map(|c| c.info().ordinal).min());
-        groups
-    }
-
-    /// The cheapest of `groups` (see [`Self::shared_buffers`]) whose cells can all be
-    /// recomputed, taken out of the list.
-    fn shared_group(
-        groups: &mut Vec<Vec<Arc<dyn Evictable>>>,
-        now: u64,
-        policy: &Policy,
-    ) -> Option<Vec<Arc<dyn Evictable>>> {
-        let (index, _) = groups
-            .iter()
-            .enumerate()
-            .filter_map(|(index, cells)| {
-                let mut score = 0.0;
-                for cell in cells {
-                    let candidate = cell.candidate(now, policy, true)?;
-                    (candidate.action == Action::Recompute).then_some(())?;
-                    score += candidate.score;
-                }
-                Some((index, score))
-            })
-            .min_by(|a, b| a.1.total_cmp(&b.1))?;
-        Some(groups.swap_remove(index))
-    }
-
-    /// The cheapest of `groups` held by one tensor that can be offloaded (not strided, not
-    /// recomputable) and by views of it that can all be recomputed: the views, and the tensor,
-    /// taken out of the list.
-    fn offloadable_group(
-        groups: &mut Vec<Vec<Arc<dyn Evictable>>>,
-        now: u64,
-        policy: &Policy,
-    ) -> Option<OffloadableGroup> {
-        if policy.mode == EvictionMode::RecomputeOnly {
-            return None;
-        }
-        let (index, _, root) = groups
-            .iter()
-            .enumerate()
-            .filter_map(|(index, cells)| {
-                let mut root = None;
-                let mut score = 0.0;
-                for (at, cell) in cells.iter().enumerate() {
-                    match cell.candidate(now, policy, true) {
-                        Some(c) if c.action == Action::Recompute && cell.info().strided => {
-                            score += c.score;
-                        }
-                        _ if root.is_none() && !cell.info().strided => root = Some(at),
-                        _ => return None,
-                    }
-                }
-                let root = root?;
-                score += policy.host_cost_per_byte;
-                Some((index, score, root))
-            })
-            .min_by(|a, b| a.1.total_cmp(&b.1))?;
-        let mut views = groups.swap_remove(index);
-        let root = views.swap_remove(root);
-        Some(OffloadableGroup { views, root })
-    }
-
-    /// Evicts tensors until live bytes are within the limit. `op` just ran and needed `needed`
-    /// bytes for its inputs and output; if nothing more can be evicted, this panics with the
-    /// figures (Burn ops have no error channel).
-    pub(crate) fn enforce(&self, ledger: &Ledger, op: Option<OpId>, needed: u64) {
-        let Some(limit) = self.limit() else { return };
-        if ledger.live_bytes() <= limit {
-            return;
-        }
-        self.evict_down(ledger, limit);
-        let live = ledger.live_bytes();
-        if live > limit {
-            let holders = ledger
-                .holders()
-                .into_iter()
-                .take(5)
-                .map(|(op, bytes, n)| format!("{} {} in {n}", op.name(), format_bytes(bytes)))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let after = op.map_or("changing the budget".to_string(), |op| {
-                op.name().to_string()
-            });
-            let host = self
-                .host_limit()
-                .map(|host_limit| {
-                    format!(
-                        " Offloads hold {} of the host memory they may use ({}; \
-                         `memory::set_host_limit`).",
-                        format_bytes(self.host_held()),
-                        format_bytes(host_limit)
-                    )
-                })
-                .unwrap_or_default();
-            panic!(
-                "frugal: the memory budget of {} on {} cannot be kept after {after}: {} are live \
-                 and nothing more can be evicted (the op's inputs, output and the tensors it \
-                 restored take {}). Biggest holders: {holders}.{host} Raise the budget \
-                 (accepted: at least the largest op's inputs and output plus what cannot be \
-                 recomputed or offloaded).",
-                format_bytes(limit),
-                ledger.label,
-                format_bytes(live),
-                format_bytes(needed),
-            );
-        }
-    }
-
-    /// Before `op` runs with its inputs resident and held: evicts so that its output fits
-    /// under the limit, rather than taking live bytes over it until [`Self::enforce`] after
-    /// the op. The output's size is the one the learned step says comes next, if the learned
-    /// step says `op` comes next; otherwise (no step learned yet, or the program left the
-    /// learned order, as a layer mistaken for a step or autodiff recomputing in another order)
-    /// it is taken to be the op's largest input, `largest_input`, as it is for elementwise ops
-    /// and their gradients, the largest outputs of a step. Without a limit this does nothing.
-    #[inline]
-    pub(crate) fn make_room(&self, ledger: &Ledger, op: OpId, largest_input: u64) {
-        let next = match unpack_next(self.next_made.load(Relaxed)) {
-            Some((learned_op, learned)) if learned_op == op => learned,
-            _ => largest_input,
-        };
-        if next == 0 {
-            return;
-        }
-        self.make_room_for(ledger, next);
-    }
-
-    /// Evicts, if need be, so that a tensor of `next` bytes fits under the budget; does not
-    /// fail.
-    pub(crate) fn make_room_for(&self, ledger: &Ledger, next: u64) {
-        let Some(limit) = self.limit() else { return };
-        if ledger.live_bytes().saturating_add(next) <= limit || next >= limit {
-            return;
-        }
-        self.counters.add(Counter::room_rounds, 1);
-        let position = {
-            let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
-            plan.note_room();
-            log::log_enabled!(log::Level::Trace).then(|| plan.position())
-        };
-        let before = position.map(|_| (ledger.live_bytes(), self.stats()));
-        self.evict_down_to(ledger, limit - next);
-        if let (Some(position), Some((live, was))) = (position, before) {
-            let now = self.stats();
-            log::trace!(
-                "frugal: room for {next} B at step position {position:?}: live {live} -> {} B \
-                 ({} recomputable dropped, {} offloaded)",
-                ledger.live_bytes(),
-                now.evictions.saturating_sub(was.evictions),
-                now.offloads.saturating_sub(was.offloads),
-            );
-        }
-    }
-
-    /// Evicts what it can towards the limit without failing: used between the restores of a
-    /// chain, where the op that asked for them has not finished.
-    pub(crate) fn relieve(&self, ledger: &Ledger) {
-        if let Some(limit) = self.limit()
-            && ledger.live_bytes() > limit
-        {
-            self.evict_down(ledger, limit);
-        }
-    }
-
-    /// Frees at least `bytes` if it can, by evicting tensors it can recompute and whose drop
-    /// gives their memory back at once (alone, then buffers shared with views); returns the
-    /// bytes freed. This is what an allocator's
-    /// out-of-memory handler may do from inside an allocation, on the device's own thread:
-    /// no kernel may be launched there (so no compression and no offload) and no call made to
-    /// the device, and a cell that another thread is using is skipped, never waited for.
-    pub(crate) fn free_without_device_work(&self, ledger: &Ledger, bytes: u64) -> u64 {
-        self.counters.add(Counter::allocation_rescues, 1);
-        let before = ledger.live_bytes();
-        let now = self.clock.load(Relaxed);
-        let policy = self.policy();
-        let mut ranked: Vec<_> = self
-            .cells()
-            .into_iter()
-            .filter(|cell| cell.drop_frees_at_once())
-            .filter_map(|cell| Some((cell.candidate(now, &policy, false)?, cell)))
-            .collect();
-        ranked.sort_by(|a, b| {
-            let (a, b) = (a.0.rank(), b.0.rank());
-            a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
-        });
-        let enough = || before.saturating_sub(ledger.live_bytes()) >= bytes;
-        for (_, cell) in ranked {
-            if enough() {
-                break;
-            }
-            cell.evict();
-        }
-        // Buffers shared by a tensor and its views (a product's output split into heads) are
-        // freed only when every one of them goes.
-        let mut groups = self.shared_buffers();
-        groups.retain(|cells| cells.iter().all(|cell| cell.drop_frees_at_once()));
-        while !enough()
-            && let Some(group) = Self::shared_group(&mut groups, now, &policy)
-        {
-            group.iter().for_each(|cell| {
-                cell.evict();
-            });
-        }
-        let freed = before.saturating_sub(ledger.live_bytes());
-        self.counters.add(Counter::rescued_bytes, freed);
-        log::info!(
-            "frugal: out of device memory on {} asking for {}: the budget dropped {} of \
-             recomputable tensors for the allocator to try again",
-            ledger.label,
-            format_bytes(bytes),
-            format_bytes(freed)
-        );
-        freed
-    }
-
-    fn evict_down(&self, ledger: &Ledger, limit: u64) {
-        self.counters.add(Counter::budget_rounds, 1);
-        self.plan
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .note_pressure();
-        let before =
-            log::log_enabled!(log::Level::Debug).then(|| (ledger.live_bytes(), self.stats()));
-        self.evict_down_to(ledger, limit);
-        if let Some((before, was)) = before {
-            let now = self.stats();
-            log::debug!(
-                "frugal: budget {} on {}: live {} -> {} ({} recomputable dropped, {} compressed, \
-                 {} offloaded to the host)",
-                format_bytes(limit),
-                ledger.label,
-                format_bytes(before),
-                format_bytes(ledger.live_bytes()),
-                now.evictions.saturating_sub(was.evictions),
-                now.compressions.saturating_sub(was.compressions),
-                now.offloads.saturating_sub(was.offloads),
-            );
-        }
-    }
-
-    fn evict_down_to(&self, ledger: &Ledger, limit: u64) {
-        let started = std::time::Instant::now();
-        let now = self.clock.load(Relaxed);
-        let policy = self.policy();
-        // With a learned step, every cell is scored by its predicted next read, in one
-        // deterministic pass: the same choices every step.
-        if self.predict_all(policy.planned) {
-            // Tensors to recompute exactly to the limit: what goes beyond is read soon (under
-            // segments, often a tensor of the segment just brought back, whose recomputation
-            // replays the segment), and the next search is cheap beside that. Offloads, each
-            // batch a wait for the queue to drain, a little below it.
-            let waited = self.evict_from_all(ledger, [limit, limit - limit / 16], now, &policy);
-            let elapsed = started.elapsed().as_nanos() as u64;
-            self.counters
-                .add(Counter::search_nanos, elapsed.saturating_sub(waited));
-            self.counters.add(Counter::planned_rounds, 1);
-            return;
-        }
-        // Evict a little below the limit, so the next few ops do not each search again.
-        let target = limit - limit / 16;
-        let best = |cells: Vec<Arc<dyn Evictable>>| {
-            cells
-                .into_iter()
-                .filter_map(|cell| Some((cell.candidate(now, &policy, false)?, cell)))
-                .min_by(|a, b| {
-                    let (a, b) = (a.0.rank(), b.0.rank());
-                    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
-                })
-        };
-        // As DTR does, score a random sample of about sqrt(n) tensors per eviction rather
-        // than all n, as long as the sample holds one to recompute.
-        let mut round = 0u64;
-        let mut failures = 0;
-        while ledger.live_bytes() > target && failures < 8 {
-            round += 1;
-            match best(self.sample(now ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15))) {
-                Some((candidate, cell)) if candidate.action != Action::Offload => {
-                    match apply(candidate.action, &cell) {
-                        true => failures = 0,
-                        // Another thread may be using the cell; try others a few times.
-                        false => failures += 1,
-                    }
-                }
-                _ => break,
-            }
-        }
-        let waited = if ledger.live_bytes() > target {
-            self.evict_from_all(ledger, [target; 2], now, &policy)
-        } else {
-            0
-        };
-        let elapsed = started.elapsed().as_nanos() as u64;
-        self.counters
-            .add(Counter::search_nanos, elapsed.saturating_sub(waited));
-    }
-
-    /// Sets every registered cell's predicted next read from the step plan; whether a step is
-    /// known (without one, predictions are cleared and cells are scored by staleness).
-    fn predict_all(&self, planned: bool) -> bool {
-        let plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
-        let known = planned && plan.figures().period > 0;
-        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        for cell in registry.iter().filter_map(Weak::upgrade) {
-            let info = cell.info();
-            let predicted = if known {
-                plan.distance(info.ordinal)
-            } else {
-                None
-            };
-            info.predicted.store(predicted.unwrap_or(u64::MAX), Relaxed);
-            info.outlives_step
-                .store(known && plan.outlives_step(info.ordinal), Relaxed);
-        }
-        known
-    }
-
-    /// The slow path of [`Self::evict_down`], when the sample has nothing to recompute: one
-    /// scan of every tensor, then recomputable tensors in order of score, then buffers
-    /// shared by several recomputable tensors, then offloads, all read in one batch. Returns
-    /// the nanoseconds spent waiting for that read. `[target, offload_target]`: what live
-    /// bytes the evictions on the device, then the offloads, bring them down to.
-    fn evict_from_all(
-        &self,
-        ledger: &Ledger,
-        [target, offload_target]: [u64; 2],
-        now: u64,
-        policy: &Policy,
-    ) -> u64 {
-        let mut ranked: Vec<_> = self
-            .cells()
-            .into_iter()
-            .filter_map(|cell| Some((cell.candidate(now, policy, false)?, cell)))
-            .collect();
-        ranked.sort_by(|a, b| {
-            let (a, b) = (a.0.rank(), b.0.rank());
-            a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
-        });
-        let (on_device, offload): (Vec<_>, Vec<_>) = ranked
-            .into_iter()
-            .partition(|(candidate, _)| candidate.action != Action::Offload);
-        for (candidate, cell) in on_device {
-            if ledger.live_bytes() <= target {
-                return 0;
-            }
-            apply(candidate.action, &cell);
-        }
-        // A tensor and its views share a buffer that no single eviction frees. The groups
-        // are found once: evicting one group leaves the others' holders as they were.
-        let mut groups = self.shared_buffers();
-        while ledger.live_bytes() > target
-            && let Some(group) = Self::shared_group(&mut groups, now, policy)
-        {
-            // Every cell of the group must go for the buffer to be freed: no short circuit.
-            if group.iter().filter(|cell| cell.evict()).count() == 0 {
-                break;
-            }
-        }
-        let mut batch = OffloadBatch::default();
-        for (_, cell) in offload {
-            if ledger.live_bytes() <= offload_target {
-                break;
-            }
-            batch.add(self, &cell);
-        }
-        // A buffer shared by a tensor that can only be offloaded and views of it: once the
-        // views are evicted (recomputed from the tensor when read), the tensor is alone on its
-        // buffer and can be offloaded.
-        while ledger.live_bytes() > offload_target
-            && let Some(OffloadableGroup { views, root }) =
-                Self::offloadable_group(&mut groups, now, policy)
-        {
-            if !self.host_has_room(batch.pending, root.info().bytes)
-                || !views.iter().all(|view| view.evict())
-                || !batch.add(self, &root)
-            {
-                break;
-            }
-        }
-        let pending = batch.pending;
-        let Some(waited) = batch.finish(self) else {
-            return 0;
-        };
-        log::trace!(
-            "frugal: offloaded {} to host memory on {} in {:.1} ms",
-            format_bytes(pending),
-            ledger.label,
-            waited as f64 / 1e6
-        );
-        waited
-    }
 }
 
 /// Bits of [`Budget::next_made`] that hold the bytes; the op's index is above them.
@@ -1015,65 +604,12 @@ fn unpack_next(word: u64) -> Option<(OpId, u64)> {
     ))
 }
 
-/// Tensors gathered to be read to host memory in one transaction (the device's queue drains
-/// once for all of them).
-#[derive(Default)]
-struct OffloadBatch {
-    batch: Option<Box<dyn HostBatch>>,
-    /// Bytes of the tensors added so far.
-    pending: u64,
-}
-
-impl OffloadBatch {
-    /// Adds `cell` if host memory has room for it under the budget's host limit (past it a
-    /// tensor stays, and the budget may fail with a message, rather than the process being
-    /// killed for memory); whether it was added.
-    fn add(&mut self, budget: &Budget, cell: &Arc<dyn Evictable>) -> bool {
-        let bytes = cell.info().bytes;
-        let added = budget.host_has_room(self.pending, bytes)
-            && cell
-                .clone()
-                .offload_into(&mut **self.batch.get_or_insert_with(|| cell.host_batch()));
-        if added {
-            self.pending += bytes;
-        }
-        added
-    }
-
-    /// Reads the batch to host memory and counts it; the nanoseconds waited, or `None` if
-    /// nothing was read.
-    fn finish(self, budget: &Budget) -> Option<u64> {
-        let started = std::time::Instant::now();
-        if self.batch?.finish() == 0 {
-            return None;
-        }
-        let waited = started.elapsed().as_nanos() as u64;
-        budget.counters.add(Counter::offload_batches, 1);
-        budget.counters.add(Counter::offload_nanos, waited);
-        Some(waited)
-    }
-}
-
-/// A buffer held by one tensor that can be offloaded and by recomputable views of it.
-struct OffloadableGroup {
-    views: Vec<Arc<dyn Evictable>>,
-    root: Arc<dyn Evictable>,
-}
-
-/// Carries out an eviction that needs no wait for the device: recompute later, or compress.
-fn apply(action: Action, cell: &Arc<dyn Evictable>) -> bool {
-    match action {
-        Action::Compress => cell.compress(),
-        _ => cell.evict(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! The engine alone, on mock cells that hold ledger charges.
 
     use super::*;
-    use crate::ledger::Charge;
+    use crate::ledger::{Charge, Ledger};
     use crate::op::families::float;
     use burn_backend::{DType, Shape};
 
@@ -1223,7 +759,13 @@ mod tests {
         ]);
         assert_eq!(ledger.live_bytes(), 3000);
         budget.set_limit(Some(2500));
-        budget.enforce(ledger, None, 0);
+        budget.reclaim(
+            ledger,
+            Reclaim::AfterOp {
+                op: None,
+                needed: 0,
+            },
+        );
         use Status::*;
         assert_eq!(statuses(&cells), [Resident, Evicted, Resident]);
         assert_eq!(ledger.live_bytes(), 2000);
@@ -1238,25 +780,37 @@ mod tests {
             (Some(10.0), false),
         ]);
         budget.set_limit(Some(4000));
-        budget.make_room_for(ledger, 1000);
+        budget.reclaim(ledger, Reclaim::Room { bytes: 1000 });
         assert_eq!(ledger.live_bytes(), 3000, "3000 + 1000 fit under 4000");
         assert_eq!(budget.stats().room_rounds, 0);
         budget.set_limit(Some(3500));
-        budget.make_room_for(ledger, 1000);
+        budget.reclaim(ledger, Reclaim::Room { bytes: 1000 });
         use Status::*;
         assert_eq!(statuses(&cells), [Resident, Evicted, Resident]);
         assert_eq!(ledger.live_bytes(), 2000);
         assert_eq!(budget.stats().room_rounds, 1);
         // An output as large as the limit is left to the budget after the op.
-        budget.make_room_for(ledger, 3500);
+        budget.reclaim(ledger, Reclaim::Room { bytes: 3500 });
         assert_eq!(ledger.live_bytes(), 2000);
         // Without a learned step, an op with no inputs has nothing to make room for...
         let exp = float::op(float::Op::float_exp);
-        budget.make_room(ledger, exp, 0);
+        budget.reclaim(
+            ledger,
+            Reclaim::BeforeOp {
+                op: exp,
+                largest_input: 0,
+            },
+        );
         assert_eq!(budget.stats().room_rounds, 1);
         // ...and one whose largest input has 1000 bytes gets room for as much.
         budget.set_limit(Some(2500));
-        budget.make_room(ledger, exp, 1000);
+        budget.reclaim(
+            ledger,
+            Reclaim::BeforeOp {
+                op: exp,
+                largest_input: 1000,
+            },
+        );
         assert_eq!(statuses(&cells), [Resident, Evicted, Evicted]);
         assert_eq!(ledger.live_bytes(), 1000);
         assert_eq!(budget.stats().room_rounds, 2);
@@ -1272,11 +826,23 @@ mod tests {
         );
         // The learned step says a 100-byte `sum_dim` comes next.
         budget.next_made.store(pack_next((sum, 100)), Relaxed);
-        budget.make_room(ledger, sum, 1000);
+        budget.reclaim(
+            ledger,
+            Reclaim::BeforeOp {
+                op: sum,
+                largest_input: 1000,
+            },
+        );
         assert_eq!(ledger.live_bytes(), 2000, "2000 + 100 fit under 2500");
         // An `exp` instead: the program left the learned order, and its output may be as
         // large as its input.
-        budget.make_room(ledger, exp, 1000);
+        budget.reclaim(
+            ledger,
+            Reclaim::BeforeOp {
+                op: exp,
+                largest_input: 1000,
+            },
+        );
         assert_eq!(statuses(&cells), [Status::Evicted, Status::Resident]);
         assert_eq!(ledger.live_bytes(), 1000);
         assert_eq!(
@@ -1311,7 +877,13 @@ mod tests {
     fn recomputation_ranks_before_an_offload_whatever_the_scores() {
         let (ledger, budget, cells) = setup(&[(None, true), (Some(1e9), false)]);
         budget.set_limit(Some(1500));
-        budget.enforce(ledger, None, 0);
+        budget.reclaim(
+            ledger,
+            Reclaim::AfterOp {
+                op: None,
+                needed: 0,
+            },
+        );
         assert_eq!(statuses(&cells), [Status::Resident, Status::Evicted]);
     }
 
@@ -1319,7 +891,13 @@ mod tests {
     fn offloads_are_read_in_one_batch() {
         let (ledger, budget, cells) = setup(&[(None, true), (None, true), (None, true)]);
         budget.set_limit(Some(1200));
-        budget.enforce(ledger, None, 0);
+        budget.reclaim(
+            ledger,
+            Reclaim::AfterOp {
+                op: None,
+                needed: 0,
+            },
+        );
         assert_eq!(ledger.live_bytes(), 1000);
         let offloaded = statuses(&cells)
             .iter()
@@ -1334,7 +912,13 @@ mod tests {
         let (ledger, budget, _cells) = setup(&[(None, false), (None, false)]);
         budget.set_limit(Some(1000));
         let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            budget.enforce(ledger, Some(float::op(float::Op::float_exp)), 2000)
+            budget.reclaim(
+                ledger,
+                Reclaim::AfterOp {
+                    op: Some(float::op(float::Op::float_exp)),
+                    needed: 2000,
+                },
+            )
         }))
         .expect_err("nothing can be evicted");
         let message = panic.downcast_ref::<String>().expect("a formatted message");
@@ -1349,7 +933,13 @@ mod tests {
     #[test]
     fn no_limit_means_no_eviction() {
         let (ledger, budget, cells) = setup(&[(Some(1.0), true)]);
-        budget.enforce(ledger, None, 0);
+        budget.reclaim(
+            ledger,
+            Reclaim::AfterOp {
+                op: None,
+                needed: 0,
+            },
+        );
         assert_eq!(statuses(&cells), [Status::Resident]);
     }
 
@@ -1382,7 +972,13 @@ mod tests {
         budget.set_host_limit(Some(1500), true);
         budget.set_limit(Some(1200));
         let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            budget.enforce(ledger, None, 0)
+            budget.reclaim(
+                ledger,
+                Reclaim::AfterOp {
+                    op: None,
+                    needed: 0,
+                },
+            )
         }))
         .expect_err("one of the three fits in host memory, the budget needs two out");
         let offloaded = statuses(&cells)
@@ -1412,7 +1008,13 @@ mod tests {
             "the first budget's share stays"
         );
         budget_a.set_limit(Some(2000));
-        budget_a.enforce(ledger_a, None, 0);
+        budget_a.reclaim(
+            ledger_a,
+            Reclaim::AfterOp {
+                op: None,
+                needed: 0,
+            },
+        );
         assert_eq!(
             statuses(&cells_a)
                 .iter()
@@ -1426,7 +1028,13 @@ mod tests {
         // Alone, device B's offload would fit the share; beside A's it does not.
         budget_b.set_limit(Some(2000));
         let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            budget_b.enforce(ledger_b, None, 0)
+            budget_b.reclaim(
+                ledger_b,
+                Reclaim::AfterOp {
+                    op: None,
+                    needed: 0,
+                },
+            )
         }))
         .expect_err("A's offload leaves 500 B of the share, B needs 1000");
         let message = panic.downcast_ref::<String>().expect("a message");

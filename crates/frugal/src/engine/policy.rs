@@ -123,6 +123,13 @@ impl Candidate {
         };
         (tier, self.score)
     }
+
+    /// The one order every search of the budget ranks candidates by: [`Self::rank`]'s tier,
+    /// then score (ties keep their order).
+    pub(crate) fn cmp_rank(&self, other: &Candidate) -> std::cmp::Ordering {
+        let ((tier, score), (other_tier, other_score)) = (self.rank(), other.rank());
+        tier.cmp(&other_tier).then(score.total_cmp(&other_score))
+    }
 }
 
 impl Candidate {

@@ -28,6 +28,7 @@ use burn_tensor::{Bool, Int, Tensor};
 
 use crate::autocast::{DtypeSet, plan};
 use crate::backend::Frugal;
+use crate::engine::Reclaim;
 use crate::kernels::{self, AttentionCall};
 use crate::op::families::module::{Op, op};
 use crate::ops::convert::cast_to;
@@ -227,7 +228,9 @@ fn forward_kernel<B: Backend>(
     let v_shape = v.shape();
     let out_bytes = rows * (v_shape[v_shape.len() - 1] * q.dtype().size() + 4)
         + products_transient::<B>(q, k, 2);
-    q.state().make_room_for(out_bytes as u64);
+    q.state().reclaim(Reclaim::Room {
+        bytes: out_bytes as u64,
+    });
     let [q_inner, k_inner, v_inner] = held.each_ref().map(|h| &h.0);
     let bias_inner = held_bias.as_ref().map(|h| &h.0);
     let (out, lse) = kernels::attention_forward::<B>(q_inner, k_inner, v_inner, bias_inner, call)?;
@@ -235,10 +238,10 @@ fn forward_kernel<B: Backend>(
     let out = track::<B>(out, q);
     let lse = track::<B>(lse, q);
     let state = q.state();
-    state.enforce(
-        Some(op(Op::attention)),
-        out.storage_bytes() + lse.storage_bytes(),
-    );
+    state.reclaim(Reclaim::AfterOp {
+        op: Some(op(Op::attention)),
+        needed: out.storage_bytes() + lse.storage_bytes(),
+    });
     Some((out, lse))
 }
 
@@ -312,7 +315,9 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
             .sum::<usize>()
             + query_rows::<B>(&saved.q) * 4
             + products_transient::<B>(&saved.q, &saved.k, 4);
-        state.make_room_for(grad_bytes as u64);
+        state.reclaim(Reclaim::Room {
+            bytes: grad_bytes as u64,
+        });
         let [q, k, v, out, lse, grad_out] = held.each_ref().map(|h| &h.0);
         let bias = held_bias.as_ref().map(|h| &h.0);
         if let Some((dq, dk, dv)) =
@@ -325,7 +330,10 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> [Prim<B>; 3] {
                 track::<B>(dv, &saved.q),
             ];
             let bytes = grads.iter().map(|g| g.storage_bytes()).sum();
-            state.enforce(Some(op(Op::attention)), bytes);
+            state.reclaim(Reclaim::AfterOp {
+                op: Some(op(Op::attention)),
+                needed: bytes,
+            });
             return grads;
         }
     }

@@ -25,6 +25,7 @@ use burn_backend::tensor::{Device, FloatTensor};
 use burn_backend::{DeviceId, DeviceOps};
 
 use crate::backend::Frugal;
+use crate::engine::Reclaim;
 use crate::remat::FloatKind;
 use crate::tensor::FrugalTensor;
 
@@ -103,7 +104,7 @@ impl<B: DistributedBackend> DistributedBackend for Frugal<B> {
         drop(tensor);
         // The device's thread waits for the sync meanwhile (the gradients are handed over when
         // its backward pass ends), so evicting for the output here does not race its ops.
-        state.make_room_for(bytes);
+        state.reclaim(Reclaim::Room { bytes });
         // SAFETY: wrapped again at once; the caller resolves the collective before reading.
         let reduced = unsafe { B::all_reduce(inner, op, device_ids).assume_resolved() };
         // A new buffer charged with the gradient's op and role, without a recipe: replaying

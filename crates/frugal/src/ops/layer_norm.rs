@@ -28,6 +28,7 @@ use burn_tensor::Tensor;
 
 use crate::autocast::{DtypeSet, plan};
 use crate::backend::Frugal;
+use crate::engine::Reclaim;
 use crate::kernels;
 use crate::op::families::module::{Op, op};
 use crate::ops::convert::cast_to;
@@ -200,7 +201,9 @@ fn forward_kernel<B: Backend>(
     let held_beta = beta.map(|b| b.clone().split_view());
     let (rows, _) = rows_width(&x.shape());
     let out_bytes = x.shape().num_elements() * x.dtype().size() + rows * 8;
-    x.state().make_room_for(out_bytes as u64);
+    x.state().reclaim(Reclaim::Room {
+        bytes: out_bytes as u64,
+    });
     let (out, mean, rstd) = kernels::layer_norm_forward::<B>(
         &held[0].0,
         &held[1].0,
@@ -210,7 +213,10 @@ fn forward_kernel<B: Backend>(
     drop((held, held_beta));
     let outputs = (track::<B>(out, x), track::<B>(mean, x), track::<B>(rstd, x));
     let bytes = outputs.0.storage_bytes() + outputs.1.storage_bytes() + outputs.2.storage_bytes();
-    x.state().enforce(Some(op(Op::layer_norm)), bytes);
+    x.state().reclaim(Reclaim::AfterOp {
+        op: Some(op(Op::layer_norm)),
+        needed: bytes,
+    });
     Some(outputs)
 }
 
@@ -247,7 +253,9 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> (Prim<B>, Prim<B>, Op
         let elem = saved.x.dtype().size();
         let chunks = rows.div_ceil(32).max(1);
         let bytes = (rows * width + 2 * width) * elem + 2 * chunks * width * 4;
-        state.make_room_for(bytes as u64);
+        state.reclaim(Reclaim::Room {
+            bytes: bytes as u64,
+        });
         let [g, x, gamma, mean, rstd] = held.each_ref().map(|h| &h.0);
         if let Some((dx, dgamma, dbeta)) =
             kernels::layer_norm_backward::<B>(g, x, gamma, mean, rstd, saved.with_beta)
@@ -259,7 +267,10 @@ fn backward<B: Backend>(saved: Saved<B>, grad: Prim<B>) -> (Prim<B>, Prim<B>, Op
             let bytes = dx.storage_bytes()
                 + dgamma.storage_bytes()
                 + dbeta.as_ref().map_or(0, |b| b.storage_bytes());
-            state.enforce(Some(op(Op::layer_norm)), bytes);
+            state.reclaim(Reclaim::AfterOp {
+                op: Some(op(Op::layer_norm)),
+                needed: bytes,
+            });
             return (dx, dgamma, dbeta);
         }
     }

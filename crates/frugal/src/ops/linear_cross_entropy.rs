@@ -25,6 +25,7 @@ use burn_backend::{Backend, DType, TensorMetadata, tensor::FloatTensor};
 use burn_tensor::{Int, Tensor};
 
 use crate::backend::Frugal;
+use crate::engine::Reclaim;
 use crate::kernels;
 use crate::op::families::activation::{Op, op};
 use crate::ops::convert::{cast_to, frugal_primitive, frugal_tensor};
@@ -208,7 +209,9 @@ fn rows_by_kernel<B: Backend>(
     } else {
         0
     };
-    state.make_room_for((rows * 4 + grad_bytes) as u64);
+    state.reclaim(Reclaim::Room {
+        bytes: (rows * 4 + grad_bytes) as u64,
+    });
     let (held_logits, _) = logits.clone().split_view();
     let (held_targets, _) = targets.clone().into_primitive().split_view();
     let (loss, grad) = kernels::cross_entropy_rows::<B>(&held_logits, &held_targets, with_grad)?;
@@ -218,7 +221,10 @@ fn rows_by_kernel<B: Backend>(
     let loss = track(loss);
     let grad = grad.map(track);
     let bytes = loss.storage_bytes() + grad.as_ref().map_or(0, |g| g.storage_bytes());
-    state.enforce(Some(id), bytes);
+    state.reclaim(Reclaim::AfterOp {
+        op: Some(id),
+        needed: bytes,
+    });
     Some(portable::Rows {
         loss: frugal_tensor(loss),
         grad: grad.map(frugal_tensor),

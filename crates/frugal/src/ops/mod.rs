@@ -777,15 +777,15 @@ macro_rules! forward_ops {
                     // order), so it serves only the other ops, whose size is else guessed from
                     // their inputs.
                     if product_output > 0 {
-                        state.make_room_for(product_output);
+                        state.reclaim($crate::engine::Reclaim::Room { bytes: product_output });
                     } else {
-                        state.make_room(id, largest_input);
+                        state.reclaim($crate::engine::Reclaim::BeforeOp { op: id, largest_input });
                     }
                     let out = $crate::ops::inner_fn!(B, $name $(, $via)?)($($crate::ops::pass!($kind, $arg)),*);
                     let out = $crate::ops::wrap_managed!($ret, out, state, id, [$name $(, $via)?], caps, $($arg: $kind),*);
                     $(drop($arg.1);)*
                     let output_bytes = state.ledger.live_bytes().saturating_sub(live_before);
-                    state.enforce(Some(id), inputs_bytes + output_bytes);
+                    state.reclaim($crate::engine::Reclaim::AfterOp { op: Some(id), needed: inputs_bytes + output_bytes });
                     out
                 }
             )*
@@ -819,7 +819,7 @@ macro_rules! forward_ops {
                     });
                     let out = $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($vret)>(out, storage, recipe, 0.0);
                     // Reading an evicted input restored it.
-                    state.enforce(Some(id), out.storage_bytes());
+                    state.reclaim($crate::engine::Reclaim::AfterOp { op: Some(id), needed: out.storage_bytes() });
                     out
                 }
             )*
@@ -861,7 +861,10 @@ macro_rules! to_device {
             let out =
                 $crate::tensor::FrugalTensor::track::<B, $crate::remat::$kind>(out, target, id);
             drop(keep);
-            target.enforce(Some(id), 0);
+            target.reclaim($crate::engine::Reclaim::AfterOp {
+                op: Some(id),
+                needed: 0,
+            });
             out
         }
     };
@@ -895,7 +898,10 @@ macro_rules! into_data {
             state.count_call(op(Op::$name));
             let inner = tensor.into_inner();
             // Reading an evicted tensor restored it.
-            state.enforce(Some(op(Op::$name)), 0);
+            state.reclaim($crate::engine::Reclaim::AfterOp {
+                op: Some(op(Op::$name)),
+                needed: 0,
+            });
             B::$name(inner)
         }
     };

@@ -10,7 +10,7 @@ use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
 use super::kind::{HostBatchOf, ReadSlot};
 use super::{CellDyn, CellOf, Kind, Recipe, ViewOf};
 use crate::device::{DeviceState, NO_OWNER, Storage};
-use crate::engine::{Candidate, CellInfo, Evictable, HostBatch, Made, Policy, Status};
+use crate::engine::{Candidate, CellInfo, Evictable, HostBatch, Made, Policy, Reclaim, Status};
 use crate::ledger::Role;
 use crate::units::LowPrecision;
 
@@ -406,13 +406,17 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         // tensor it brings back.
         for (cell, inputs) in &order {
             if cell.status() != Status::Resident {
-                self.core.state.make_room_for(cell.core().info.bytes);
+                self.core.state.reclaim(Reclaim::Room {
+                    bytes: cell.core().info.bytes,
+                });
                 cell.restore_one();
             }
             pins.done_reading(inputs);
-            self.core.state.relieve();
+            self.core.state.reclaim(Reclaim::Relieve);
         }
-        self.core.state.make_room_for(self.core.info.bytes);
+        self.core.state.reclaim(Reclaim::Room {
+            bytes: self.core.info.bytes,
+        });
         self.restore_one();
         // A selection evicted a product with its views: the views come back now, from this
         // recomputation, while the chain still pins it.
