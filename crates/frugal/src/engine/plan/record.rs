@@ -1,0 +1,225 @@
+//! The recorded step: the last whole step's tensors seen from its forward pass's first tensor
+//! (bytes, reads, views, recomputation costs), what segments and selections are cut from and
+//! simulated on.
+
+use super::StepPlan;
+
+/// One recorded training step seen from its forward pass's first tensor: what the segments are
+/// cut from and simulated on. Positions count creations from that tensor.
+pub(super) struct StepRecord {
+    /// The step's length in tensors.
+    pub(super) period: u64,
+    /// Position of the forward pass's end.
+    pub(super) end: u64,
+    /// Live bytes on the device when the forward pass's first tensor was made.
+    pub(super) base_live: u64,
+    /// Live bytes on the device when the tensor at each position was made (to compare a
+    /// simulation with the step that ran).
+    pub(super) live: Vec<u64>,
+    /// Bytes of the tensor made at each position of the step.
+    pub(super) bytes: Vec<u64>,
+    /// The program's reads of the tensor made at each position, as positions, ascending.
+    pub(super) reads: Vec<Vec<u64>>,
+    /// Whether the tensor made at each position shares an earlier one's buffer (a view).
+    pub(super) shared: Vec<bool>,
+    /// What recomputing the tensor made at each position alone costs per byte (infinite: it
+    /// cannot be).
+    pub(super) cost_per_byte: Vec<f32>,
+}
+
+impl StepRecord {
+    /// For each position before the forward pass's end: where the forward pass last reads the
+    /// tensor made there (0: never; `u64::MAX`: a checkpoint, read across one of `cuts` or by
+    /// the op that makes the tensor at a cut, which begins the next segment and is recomputed
+    /// from it).
+    pub(super) fn last_reads(&self, cuts: &[u64]) -> Vec<u64> {
+        (0..self.end)
+            .map(|position| {
+                let last = self.reads[position as usize]
+                    .iter()
+                    .filter(|&&r| r < self.end)
+                    .max()
+                    .copied()
+                    .unwrap_or(0);
+                match cuts.iter().find(|&&cut| cut > position) {
+                    Some(&cut) if last >= cut => u64::MAX,
+                    _ => last,
+                }
+            })
+            .collect()
+    }
+
+    /// Changes, by position, of the bytes the step's own tensors hold (length: the step's
+    /// plus one). A tensor the step makes and drops is held from its creation to its last
+    /// read, inclusive: the op that reads it last holds it beside its output; one read in the
+    /// next step (made by the optimizer's tail, read by the next forward pass) is held across
+    /// the step's start. A tensor outliving the step is in `base_live`. A view holds no bytes
+    /// of its own (its reads are its buffer's first tensor's too) if `exact`; otherwise it is
+    /// counted as a buffer of its own, as segments are sized (see [`Self::simulate`]).
+    pub(super) fn lifetimes(&self, exact: bool) -> Vec<i64> {
+        let p = self.bytes.len();
+        let mut change = vec![0i64; p + 1];
+        for (position, (&bytes, reads)) in self.bytes.iter().zip(&self.reads).enumerate() {
+            if exact && self.shared[position] {
+                continue;
+            }
+            let last = reads.last().map_or(position, |&r| r as usize);
+            if last < position || last - position >= p {
+                continue; // outlives the step: counted in `base_live`
+            }
+            let bytes = bytes as i64;
+            change[position] += bytes;
+            if last < p {
+                change[last + 1] -= bytes;
+            } else {
+                change[0] += bytes;
+                change[last - p + 1] -= bytes;
+            }
+        }
+        change
+    }
+
+    /// Optimizer state the step makes for the next one, which the next step first reads after
+    /// its forward pass: (that read's position in the next step, position, bytes), read last
+    /// first. The step itself may read it (an optimizer reads the moments it just made).
+    pub(super) fn parkable(&self) -> Vec<(u64, u64, u64)> {
+        let p = self.bytes.len() as u64;
+        let mut parkable: Vec<_> = (0..p)
+            .filter_map(|position| {
+                // Reads before the next step (the optimizer reading the moments it just made)
+                // come before the tensor is parked.
+                let reads = &self.reads[position as usize];
+                let first = *reads.iter().find(|&&read| read >= p)?;
+                (first >= p + self.end).then_some((
+                    first - p,
+                    position,
+                    self.bytes[position as usize],
+                ))
+            })
+            .collect();
+        parkable.sort_unstable_by(|a, b| b.cmp(a));
+        parkable
+    }
+}
+
+impl StepPlan {
+    /// The last fully recorded step, seen from its forward pass's first tensor, and that
+    /// tensor's ordinal (the segments' anchor); `None` if no step is known, or if the period
+    /// is not a whole step (a layer repeating inside it).
+    pub(super) fn last_step(&self) -> Option<(StepRecord, u64)> {
+        let period = self.period?;
+        let now = self.next_ordinal();
+        // The older of the last two periods has every read of the next one recorded.
+        let first = now
+            .checked_sub(2 * period)
+            .filter(|&first| first >= self.base)?;
+        let p = period as usize;
+        let index = |ordinal: u64| (ordinal - self.base) as usize;
+        // A whole training step reads only what it made or what the step before made
+        // (parameters and optimizer state); a repeating layer also reads what was made many
+        // periods before it (its weights, or the activations its backward pass reads). And a
+        // whole step's tensors are all dropped within a step and a half; a forward layer's
+        // activations wait for the backward pass.
+        let (mut recent, mut old) = (0u64, 0u64);
+        for (&ordinal, reads) in &self.reads {
+            let bytes = self.bytes[index(ordinal)];
+            for &at in reads
+                .iter()
+                .filter(|&&at| at >= first && at < first + period)
+            {
+                match at - ordinal > period + period / 2 {
+                    true => old += bytes,
+                    false => recent += bytes,
+                }
+            }
+        }
+        let older = index(first)..index(first) + p / 2;
+        let made: u64 = self.bytes[older.clone()].iter().sum();
+        let held: u64 = older
+            .filter(|&i| !self.dropped[i])
+            .map(|i| self.bytes[i])
+            .sum();
+        if old * 50 > old + recent || held * 20 > made {
+            log::debug!(
+                "frugal: step plan: a period of {p} tensors is not a whole step (of the bytes \
+                 it reads, {old} were made more than 1.5 periods earlier, {recent} later; {held} \
+                 of the {made} bytes made in its first half are held a period later): no \
+                 segments"
+            );
+            return None;
+        }
+        let last_read = |ordinal: u64| self.reads.get(&ordinal).and_then(|r| r.last()).copied();
+        // Bytes the step's own tensors hold at each position of the period, up to a constant:
+        // each is held from its creation to its last read, around the period's end if need be.
+        let mut change = vec![0i64; p + 1];
+        for i in 0..p {
+            let ordinal = first + i as u64;
+            let Some(last) = last_read(ordinal) else {
+                continue;
+            };
+            let length = (last - ordinal) as usize;
+            if length >= p {
+                continue; // outlives the step
+            }
+            let bytes = self.bytes[index(ordinal)] as i64;
+            change[i] += bytes;
+            let end = i + length;
+            if end <= p {
+                change[end] -= bytes;
+            } else {
+                change[0] += bytes;
+                change[end - p] -= bytes;
+            }
+        }
+        let mut held = Vec::with_capacity(p);
+        let mut sum = 0i64;
+        for c in &change[..p] {
+            sum += c;
+            held.push(sum);
+        }
+        let peak_at = (0..p).max_by_key(|&i| (held[i], std::cmp::Reverse(i)))?;
+        // The forward pass begins right after the last lowest point before the peak (the
+        // optimizer's tail, where the step's own tensors are all dropped).
+        let lowest = (1..=p)
+            .map(|k| (peak_at + p - k) % p)
+            .min_by_key(|&i| held[i])?;
+        let start_at = (lowest + 1) % p;
+        let anchor = first + start_at as u64;
+        let base_live = self.live[index(anchor)];
+        // The tensor made at the peak is the forward pass's last.
+        let end = ((peak_at + p - start_at) % p) as u64 + 1;
+        // Reads of the tensor at each position, as positions.
+        let reads_at = |position: u64| {
+            let ordinal = first + (start_at as u64 + position) % period;
+            let shift = position as i64 - ordinal as i64;
+            self.reads
+                .get(&ordinal)
+                .map(|reads| reads.iter().map(move |&r| (r as i64 + shift) as u64))
+                .into_iter()
+                .flatten()
+        };
+        let record = StepRecord {
+            period,
+            end,
+            base_live,
+            live: (0..period)
+                .map(|position| self.live[index(first + (start_at as u64 + position) % period)])
+                .collect(),
+            bytes: (0..period)
+                .map(|position| self.bytes[index(first + (start_at as u64 + position) % period)])
+                .collect(),
+            reads: (0..period)
+                .map(|position| reads_at(position).collect())
+                .collect(),
+            shared: (0..period)
+                .map(|position| self.shared[index(first + (start_at as u64 + position) % period)])
+                .collect(),
+            cost_per_byte: (0..period)
+                .map(|position| {
+                    self.cost_per_byte[index(first + (start_at as u64 + position) % period)]
+                })
+                .collect(),
+        };
+        Some((record, anchor))
+    }
+}

@@ -1,0 +1,476 @@
+//! The forward pass cut into segments under a budget (see the plan's module doc): when to
+//! cut, how the cuts adapt to a step that still needed the budget to evict, and the search
+//! for cuts on the recorded step.
+
+use std::sync::Arc;
+
+use super::selection::{SELECTION_AIM, SELECTION_MIN_SHARE, SELECTION_OVERSHOOT, SELECTION_SHRINK};
+use super::simulation::Parked;
+use super::{PRESSURE_SEEN, SegmentEvent, StepPlan};
+
+/// The largest share of the room under the budget (budget minus what is live when the forward
+/// pass begins) that one segment's tensors kept for the backward pass may take. The cuts are
+/// searched from it downwards (see [`StepRecord::simulate`](super::record::StepRecord::simulate)): one segment is recomputed at a
+/// time in the backward pass, beside the segments' boundaries, the gradients and the backward
+/// pass's temporaries.
+pub(super) const SEGMENT_SHARE: f64 = 1.0;
+
+/// The ratio between two segment shares the search tries in turn.
+pub(super) const SEGMENT_SEARCH_STEP: f64 = 0.8;
+
+/// How much smaller segments become when a step under the plan still needed the budget to
+/// evict.
+const SEGMENT_SHRINK: f64 = 0.6;
+
+/// The smallest segment share tried: below it the boundaries alone crowd the budget.
+const MIN_SEGMENT_SHARE: f64 = 1.0 / 32.0;
+
+/// The parkable optimizer state is tried in this many equal parts (see [`StepPlan::cut_segments`]).
+const PARK_STEPS: u64 = 8;
+
+/// One way to cut the forward pass into segments, tried by [`StepPlan::cut_segments`].
+struct Cutting {
+    /// The step's simulated peak under it.
+    peak: u64,
+    /// The share of the room each segment keeps.
+    share: f64,
+    /// Positions where segments begin.
+    cuts: Vec<u64>,
+    /// See [`StepRecord::last_reads`](super::record::StepRecord::last_reads).
+    last_read: Vec<u64>,
+}
+
+/// The forward pass's segments, learned from one recorded step; positions are counted in
+/// creations from the forward pass's first tensor, whose ordinal is `anchor` modulo `period`.
+#[derive(Clone, Debug)]
+pub(super) struct Segments {
+    pub(super) period: u64,
+    pub(super) anchor: u64,
+    /// Positions at which a segment begins, ascending; the first is 0.
+    pub(super) cuts: Vec<u64>,
+    /// Position of the forward pass's end (the step's logical peak).
+    pub(super) end: u64,
+    /// For each position before `end`: where the forward pass last reads the tensor there
+    /// (0: never; `u64::MAX`: a checkpoint, read across a cut); cuts before that keep it.
+    pub(super) last_read: Arc<[u64]>,
+    pub(super) segment_bytes: u64,
+    pub(super) estimated_peak: u64,
+    /// Positions, in the step before, of the tensors parked when the forward pass begins
+    /// (see the module doc), ascending.
+    pub(super) park: Vec<u64>,
+    pub(super) parked_bytes: u64,
+    /// The position the parked state is read again (the simulation's assumption).
+    pub(super) parked_until: u64,
+    /// The cuts drop only tensors chosen one by one (see [`StepRecord::select`](super::record::StepRecord::select)), not every
+    /// tensor of a closed segment that the backward pass reads.
+    pub(super) selective: bool,
+    /// Bytes of the tensors a selection drops (0: segments).
+    pub(super) selected_bytes: u64,
+}
+
+impl Segments {
+    pub(super) fn position(&self, ordinal: u64) -> u64 {
+        (ordinal % self.period + self.period - self.anchor % self.period) % self.period
+    }
+
+    /// Ordinals of the tensors to park when the forward pass begins at `ordinal`.
+    fn park_at(&self, ordinal: u64) -> Vec<u64> {
+        let Some(step_before) = ordinal.checked_sub(self.period) else {
+            return Vec::new();
+        };
+        self.park.iter().map(|&q| step_before + q).collect()
+    }
+}
+
+impl StepPlan {
+    /// What the creation of the tensor with `ordinal` (just recorded by [`Self::on_create`])
+    /// means for the segments under a budget of `limit` (`None`: no budget, no segments).
+    /// Segments are cut the first time the step is known, and again when the step or the
+    /// budget changes, or when a step under the plan still needed the budget to evict.
+    pub(crate) fn segment_event(
+        &mut self,
+        ordinal: u64,
+        limit: Option<u64>,
+    ) -> Option<SegmentEvent> {
+        let decided_for = (self.period, limit);
+        if self.segments_for != Some(decided_for) {
+            self.segments_for = Some(decided_for);
+            self.segment_share = SEGMENT_SHARE;
+            self.settled = false;
+            self.before_shrink = None;
+            self.segments = limit.and_then(|limit| self.cut_segments(limit));
+        }
+        let Some(segments) = self.segments.as_ref() else {
+            self.segmented_step = false;
+            return self.close_open_segment();
+        };
+        let position = segments.position(ordinal);
+        if position == 0 {
+            if self.segmented_step && !self.settled {
+                self.adapt_segments(limit);
+            }
+            self.pressure = 0;
+            self.segmented_step = self.segments.is_some();
+            let was_open = std::mem::replace(&mut self.segment_open, self.segments.is_some());
+            return match (was_open, self.segments.as_ref()) {
+                (_, Some(segments)) => Some(SegmentEvent::Open {
+                    park: segments.park_at(ordinal),
+                }),
+                (true, None) => Some(SegmentEvent::Close),
+                (false, None) => None,
+            };
+        }
+        if !self.segment_open {
+            return None;
+        }
+        if position == segments.end {
+            self.segment_open = false;
+            return Some(SegmentEvent::Close);
+        }
+        segments.cuts.binary_search(&position).ok()?;
+        Some(SegmentEvent::Cut {
+            first: ordinal - position,
+            position,
+            last_read: segments.last_read.clone(),
+            selective: segments.selective,
+        })
+    }
+
+    /// After a step under the segments: if the budget still had to evict, smaller segments,
+    /// as long as they help; then the segments stay as they are, so that every step replays
+    /// the same evictions.
+    fn adapt_segments(&mut self, limit: Option<u64>) {
+        let pressure = self.pressure;
+        if pressure > 0 {
+            log::debug!(
+                "frugal: step plan: the budget evicted {pressure} times in the last step, first \
+                 at positions {:?} (the forward pass ends at {})",
+                &self.pressure_at[..(pressure as usize).min(PRESSURE_SEEN)],
+                self.segments.as_ref().map_or(0, |s| s.end),
+            );
+        }
+        let shrink = match self.before_shrink.take() {
+            _ if pressure == 0 => false,
+            _ if self.segment_share <= MIN_SEGMENT_SHARE => false,
+            Some((before, share, before_pressure)) if pressure >= before_pressure => {
+                // Smaller segments did not help: back to the cuts before, and stay there.
+                self.segments = Some(before);
+                self.segment_share = share;
+                false
+            }
+            _ => true,
+        };
+        if !shrink {
+            self.settled = true;
+            return;
+        }
+        let selective = self.segments.as_ref().is_some_and(|s| s.selective);
+        let shrink = match selective {
+            true => SELECTION_SHRINK,
+            false => SEGMENT_SHRINK,
+        };
+        let before = self.segment_share;
+        self.segment_share = (before * shrink).max(MIN_SEGMENT_SHARE);
+        log::debug!(
+            "frugal: step plan: the budget still evicted {pressure} times in a step; segments \
+             of {:.3} of the room",
+            self.segment_share
+        );
+        let next = limit.and_then(|limit| self.cut_segments(limit));
+        if selective && !next.as_ref().is_some_and(|s| s.selective) {
+            // No selection aims lower: segments would recompute far more than the budget's
+            // own evictions beside this one.
+            log::debug!("frugal: step plan: no selection aims lower; the selection stays");
+            self.segment_share = before;
+            self.settled = true;
+            return;
+        }
+        self.before_shrink = self
+            .segments
+            .take()
+            .map(|segments| (segments, before, pressure));
+        self.segments = next;
+    }
+
+    fn close_open_segment(&mut self) -> Option<SegmentEvent> {
+        std::mem::take(&mut self.segment_open).then_some(SegmentEvent::Close)
+    }
+
+    /// Cuts the forward pass of the last fully recorded step into segments for a budget of
+    /// `limit`; `None` if no step is known or its peak fits the budget.
+    fn cut_segments(&mut self, limit: u64) -> Option<Segments> {
+        let (record, anchor) = self.last_step()?;
+        let (period, end) = (record.period, record.end);
+        let p = period as usize;
+        // How far the simulation was from the step the last cuts ran: where the real step
+        // held more than the simulated one, the budget had to make room.
+        if log::log_enabled!(log::Level::Debug)
+            && let Some(old) = self.segments.as_ref().filter(|old| !old.selective)
+        {
+            let parked = Parked {
+                bytes: old.parked_bytes,
+                until: old.parked_until,
+            };
+            let simulated = record.simulate_curve(&old.cuts, &old.last_read, parked);
+            let actual = &record.live;
+            let excess = |k: usize| actual[k] as i64 - simulated[k];
+            if let Some(worst) = (0..p).max_by_key(|&k| excess(k)) {
+                log::debug!(
+                    "frugal: step plan: under the last cuts ({} segments) the step held at most \
+                     {} B, the simulation {} B; the real step held {} B more than simulated at \
+                     position {worst} (the forward pass ends at {end})",
+                    old.cuts.len(),
+                    actual.iter().max().unwrap_or(&0),
+                    simulated.iter().max().unwrap_or(&0),
+                    excess(worst),
+                );
+                log::trace!(
+                    "frugal: step plan: simulated / real live MiB by position: {}",
+                    (0..p)
+                        .step_by((p / 40).max(1))
+                        .map(|k| format!("{k}:{}/{}", simulated[k] >> 20, actual[k] >> 20))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
+            }
+        }
+        let unsegmented = record.simulate(&[0], &[], Parked::NONE);
+        if unsegmented <= limit {
+            log::debug!(
+                "frugal: step plan: the step's estimated peak {unsegmented} B fits the budget; \
+                 no segments"
+            );
+            return None;
+        }
+        if end < 2 {
+            return None;
+        }
+        // Bytes a cut before each position must keep: made before it, read by the forward
+        // pass at or after it. Between a model's blocks that is little more than the residual
+        // stream; inside attention it is several tensors.
+        let mut crossing_change = vec![0i64; end as usize + 1];
+        let mut saved = vec![0u64; end as usize];
+        for position in 0..end {
+            let reads = &record.reads[position as usize];
+            if reads.iter().any(|&r| r >= end) {
+                saved[position as usize] = record.bytes[position as usize];
+            }
+            // A read stamped `r` is made by the op that makes the tensor at `r`: a cut there
+            // comes after the read in the forward pass, but recomputing that tensor reads
+            // the input again, so the input crosses the cut.
+            if let Some(&last) = reads.iter().filter(|&&r| r < end).max()
+                && last > position
+            {
+                let bytes = record.bytes[position as usize] as i64;
+                crossing_change[position as usize + 1] += bytes;
+                crossing_change[last as usize + 1] -= bytes;
+            }
+        }
+        let mut crossing = Vec::with_capacity(end as usize);
+        let mut sum = 0i64;
+        for change in &crossing_change[..end as usize] {
+            sum += change;
+            crossing.push(sum);
+        }
+        // Recomputing chosen tensors alone, cheapest per byte first, costs far less than
+        // replaying whole segments: the plan if it fits.
+        let room = limit.saturating_sub(record.base_live);
+        let aim = SELECTION_AIM * self.segment_share;
+        let target = record.base_live + (room as f64 * aim) as u64;
+        let ceiling = limit.saturating_add((limit as f64 * SELECTION_OVERSHOOT) as u64);
+        // Parameters and optimizer state stay unless nothing fits without moving some: then
+        // the fewest bytes of optimizer state, read last first, with which a selection (or
+        // else segments) fits.
+        let parkable = record.parkable();
+        let total: u64 = parkable.iter().map(|&(_, _, bytes)| bytes).sum();
+        // The parkable state's tensors in up to `PARK_STEPS` equal parts: (tensors, bytes and
+        // first read) at each level, none first.
+        let mut park_levels: Vec<(usize, Parked)> = Vec::new();
+        for eighth in 0..=PARK_STEPS {
+            let target = total * eighth / PARK_STEPS;
+            let mut count = 0;
+            let mut parked = Parked::NONE;
+            while parked.bytes < target {
+                let (first_read, _, bytes) = parkable[count];
+                parked.bytes += bytes;
+                parked.until = first_read;
+                count += 1;
+            }
+            if park_levels.last().is_none_or(|&(tried, _)| tried != count) {
+                park_levels.push((count, parked));
+            }
+        }
+        let park_list = |count: usize| {
+            let mut park: Vec<u64> = parkable[..count].iter().map(|&(_, q, _)| q).collect();
+            park.sort_unstable();
+            park
+        };
+        // Larger segments keep fewer checkpoints in the forward pass but bring more back at
+        // once in the backward pass: the largest share of the room whose simulated step fits
+        // the budget, or else the one whose simulated peak is lowest.
+        let search = |parked: Parked| {
+            let room = limit.saturating_sub(record.base_live.saturating_sub(parked.bytes));
+            let mut share = self.segment_share;
+            let mut best: Option<Cutting> = None;
+            loop {
+                let segment_bytes = (room as f64 * share) as u64;
+                if segment_bytes > 0 {
+                    let cuts = cut_at(&saved, &crossing, end, segment_bytes);
+                    let last_read = record.last_reads(&cuts);
+                    let peak = record.simulate(&cuts, &last_read, parked);
+                    if best.as_ref().is_none_or(|b| peak < b.peak) {
+                        best = Some(Cutting {
+                            peak,
+                            share,
+                            cuts,
+                            last_read,
+                        });
+                    }
+                    if peak <= limit {
+                        break;
+                    }
+                }
+                if share <= MIN_SEGMENT_SHARE {
+                    break;
+                }
+                share = (share * SEGMENT_SEARCH_STEP).max(MIN_SEGMENT_SHARE);
+            }
+            best.map(|best| (best, room))
+        };
+        // At each amount of parked state, the fewest first: a selection (it recomputes far
+        // less), else segments.
+        let mut best: Option<(Cutting, u64, usize, Parked)> = None;
+        for &(count, parked) in &park_levels {
+            if let Some(selection) =
+                record.select(target, ceiling, room / SELECTION_MIN_SHARE, parked)
+            {
+                if selection.count == 0 && count == 0 {
+                    return None; // the step's exact peak fits
+                }
+                log::debug!(
+                    "frugal: step plan: forward pass of {end} tensors, estimated peak \
+                     {unsegmented} B over a budget of {limit} B: {} tensors of {} B dropped at \
+                     {} cuts and recomputed alone, {} B of optimizer state ({count} tensors) \
+                     parked in host memory until position {}, estimated peak {} B (aim \
+                     {target} B)",
+                    selection.count,
+                    selection.bytes,
+                    selection.cuts.len() - 1,
+                    parked.bytes,
+                    parked.until,
+                    selection.peak,
+                );
+                return Some(Segments {
+                    period,
+                    anchor,
+                    cuts: selection.cuts,
+                    end,
+                    last_read: selection.last_read.into(),
+                    segment_bytes: 0,
+                    estimated_peak: selection.peak,
+                    park: park_list(count),
+                    parked_bytes: parked.bytes,
+                    parked_until: parked.until,
+                    selective: true,
+                    selected_bytes: selection.bytes,
+                });
+            }
+            let Some((found, room)) = search(parked) else {
+                continue;
+            };
+            let fits = found.peak <= limit;
+            if best.as_ref().is_none_or(|b| found.peak < b.0.peak) {
+                best = Some((found, room, count, parked));
+            }
+            if fits {
+                break;
+            }
+        }
+        let (
+            Cutting {
+                peak: estimated_peak,
+                share,
+                cuts,
+                last_read,
+            },
+            room,
+            count,
+            parked,
+        ) = best?;
+        self.segment_share = share;
+        let segment_bytes = (room as f64 * share) as u64;
+        let park = park_list(count);
+        log::debug!(
+            "frugal: step plan: forward pass of {end} tensors, estimated peak {unsegmented} B \
+             over a budget of {limit} B: {} segments of about {segment_bytes} B kept for the \
+             backward pass, {} B of optimizer state ({count} tensors) parked in host memory \
+             until position {}, estimated peak under them {estimated_peak} B",
+            cuts.len(),
+            parked.bytes,
+            parked.until,
+        );
+        Some(Segments {
+            period,
+            anchor,
+            cuts,
+            end,
+            last_read: last_read.into(),
+            segment_bytes,
+            estimated_peak,
+            park,
+            parked_bytes: parked.bytes,
+            parked_until: parked.until,
+            selective: false,
+            selected_bytes: 0,
+        })
+    }
+}
+
+/// Cuts a forward pass of `end` tensors into segments that keep about `segment_bytes` each
+/// for the backward pass (`saved`, by position), ending only where few bytes cross
+/// (`crossing`, by position): within a quarter of the fewest that cross anywhere in the middle
+/// half of the forward pass, which in a stack of blocks are the blocks' boundaries (only the
+/// residual stream crosses them). A segment ends at the last such place before it would keep
+/// more than `segment_bytes`, or at the first one after, if there is none before. Returns the
+/// positions where segments begin, the first 0.
+fn cut_at(saved: &[u64], crossing: &[i64], end: u64, segment_bytes: u64) -> Vec<u64> {
+    let middle = (end / 4).max(1) as usize..(3 * end / 4).max(2) as usize;
+    let fewest = crossing[middle.start..middle.end.min(crossing.len())]
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(0)
+        .max(0);
+    let boundary = |position: u64| crossing[position as usize] <= fewest + fewest / 4;
+    log::debug!(
+        "frugal: step plan: {} of {end} positions are boundaries ({fewest} B cross the fewest)",
+        (1..end).filter(|&p| boundary(p)).count()
+    );
+
+    let mut cuts = vec![0u64];
+    let mut from = 0u64;
+    loop {
+        let mut held = 0u64;
+        let mut cut: Option<u64> = None;
+        for position in from + 1..end {
+            held += saved[position as usize - 1];
+            if !boundary(position) {
+                continue;
+            }
+            if held <= segment_bytes || cut.is_none() {
+                cut = Some(position);
+            }
+            if held >= segment_bytes {
+                break;
+            }
+        }
+        match cut {
+            Some(position) if held >= segment_bytes => {
+                cuts.push(position);
+                from = position;
+            }
+            _ => break,
+        }
+    }
+    cuts
+}

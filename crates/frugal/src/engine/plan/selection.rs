@@ -1,0 +1,197 @@
+//! Selective recomputation: which single tensors of the forward pass to drop and recompute
+//! alone, chosen greedily on the recorded step (see [`StepRecord::select`]).
+
+use super::record::StepRecord;
+use super::simulation::Parked;
+
+/// How much lower a selection (see [`StepRecord::select`]) aims when a step under it still
+/// needed the budget to evict: it errs by a few tensors, not by whole segments.
+pub(super) const SELECTION_SHRINK: f64 = 0.95;
+
+/// The share of the room under the budget a selection first aims at: the simulated step
+/// counts only the program's tensors, not the buffers ops use inside.
+pub(super) const SELECTION_AIM: f64 = 0.95;
+
+/// A selection whose simulated peak no choosable tensor can lower further is still taken if
+/// that peak is within this share of the budget above it: the budget's own evictions cover
+/// the few positions over it. Kept small: what the selection leaves over the budget is what
+/// its own search could not drop, so the budget mostly offloads it, on the device's one
+/// stream, at every step: beyond a few percent that costs more than recomputing segments.
+pub(super) const SELECTION_OVERSHOOT: f64 = 0.05;
+
+/// Tensors holding less than the room under the budget divided by this are not selected: a
+/// recomputation of a few bytes still costs an op.
+pub(super) const SELECTION_MIN_SHARE: u64 = 4096;
+
+/// What [`StepRecord::select`] chose.
+pub(super) struct Selection {
+    /// Positions where chosen tensors are dropped, ascending, the first 0 (the forward pass's
+    /// start, where nothing is dropped).
+    pub(super) cuts: Vec<u64>,
+    /// For each position before the forward pass's end: the forward pass's last read of a
+    /// chosen tensor (at or before the cut that drops it); `u64::MAX` for the others, kept.
+    pub(super) last_read: Vec<u64>,
+    /// The simulated step's peak live bytes under the choice.
+    pub(super) peak: u64,
+    /// Tensors chosen.
+    pub(super) count: u64,
+    /// Bytes they hold.
+    pub(super) bytes: u64,
+}
+
+impl StepRecord {
+    /// Selective recomputation, Checkmate's problem solved greedily: which tensors of the
+    /// forward pass to drop after its last read of them and recompute alone, from inputs that
+    /// are still held, when the backward pass first reads them, so that the simulated step's
+    /// peak is at most `target`. While the peak is over, the tensor recomputed most cheaply
+    /// per byte among those held across the peak is chosen (an activation's output before a
+    /// layer norm's, before a product's). A tensor is dropped as the next tensor after the
+    /// forward pass's last read of it is made, and only if each of its inputs the step made
+    /// is held by the program until the backward pass reads it and is not dropped itself;
+    /// tensors of fewer than `min_bytes` are left. When nothing more can be chosen short of
+    /// `target`, the choice so far is taken if its peak is at most `ceiling` (the budget
+    /// itself: a step a little over the aim still recomputes far less than under segments);
+    /// `None` otherwise. `parked` bytes are away from the step's start until their first read.
+    pub(super) fn select(
+        &self,
+        target: u64,
+        ceiling: u64,
+        min_bytes: u64,
+        parked: Parked,
+    ) -> Option<Selection> {
+        let (p, end) = (self.bytes.len(), self.end as usize);
+        let last_forward = |i: usize| {
+            let forward = self.reads[i].iter().filter(|&&r| (r as usize) < end).max();
+            forward.map_or(i as u64, |&r| r)
+        };
+        // A read stamped `r` was made by the op that made the tensor at `r`.
+        let mut inputs: Vec<Vec<usize>> = vec![Vec::new(); end];
+        for (j, reads) in self.reads[..end].iter().enumerate() {
+            for &r in reads {
+                if (r as usize) > j && (r as usize) < end {
+                    inputs[r as usize].push(j);
+                }
+            }
+        }
+        let held_until = |j: usize| self.reads[j].last().map_or(j as u64, |&r| r);
+        struct Candidate {
+            position: usize,
+            drop_at: u64,
+            back: u64,
+        }
+        let mut candidates: Vec<Candidate> = (0..end)
+            .filter(|&i| self.cost_per_byte[i].is_finite() && self.bytes[i] >= min_bytes.max(1))
+            .filter_map(|i| {
+                // Dropped as the tensor after the forward pass's last read of it is made (a
+                // cut is handed out before the cell it is made for exists); a cut at the
+                // forward pass's end would be its close.
+                let drop_at = last_forward(i).max(i as u64) + 1;
+                if drop_at >= self.end {
+                    return None;
+                }
+                let &back = self.reads[i].iter().find(|&&r| r > drop_at)?;
+                // An input the program drops before `back` stays for the recomputation, held
+                // by the dropped tensor's recipe: only a small one (a row's mean) is worth it.
+                inputs[i]
+                    .iter()
+                    .all(|&j| held_until(j) >= back || self.bytes[j] * 16 <= self.bytes[i])
+                    .then_some(Candidate {
+                        position: i,
+                        drop_at,
+                        back,
+                    })
+            })
+            .collect();
+        candidates.sort_by(|a, b| {
+            let (a_cost, b_cost) = (
+                self.cost_per_byte[a.position],
+                self.cost_per_byte[b.position],
+            );
+            a_cost
+                .total_cmp(&b_cost)
+                .then(self.bytes[b.position].cmp(&self.bytes[a.position]))
+        });
+        let change = self.lifetimes(true);
+        let at_start = change[0];
+        let mut held = Vec::with_capacity(p);
+        let mut sum = 0i64;
+        for (position, c) in change[..p].iter().enumerate() {
+            sum += c;
+            let away = match (position as u64) < parked.until {
+                true => parked.bytes as i64,
+                false => 0,
+            };
+            held.push(sum - away);
+        }
+        let mut chosen = vec![false; end];
+        // Inputs of a chosen tensor: recomputing it needs them, so they stay.
+        let mut feeds = vec![false; end];
+        let (mut count, mut bytes) = (0u64, 0u64);
+        loop {
+            let (at, &most) = held
+                .iter()
+                .enumerate()
+                .max_by_key(|&(i, &h)| (h, std::cmp::Reverse(i)))?;
+            let peak = self
+                .base_live
+                .saturating_add((most - at_start).max(0) as u64);
+            let pick = candidates.iter().find(|c| {
+                let i = c.position;
+                !chosen[i]
+                    && !feeds[i]
+                    && (c.drop_at as usize) < at
+                    && at < c.back as usize
+                    && inputs[i].iter().all(|&j| !chosen[j])
+            });
+            if peak <= target || (pick.is_none() && peak <= ceiling) {
+                let mut cuts = vec![0];
+                cuts.extend(
+                    candidates
+                        .iter()
+                        .filter(|c| chosen[c.position])
+                        .map(|c| c.drop_at),
+                );
+                cuts.sort_unstable();
+                cuts.dedup();
+                let last_read = (0..end)
+                    .map(|i| match chosen[i] {
+                        true => last_forward(i),
+                        false => u64::MAX,
+                    })
+                    .collect();
+                return Some(Selection {
+                    cuts,
+                    last_read,
+                    peak,
+                    count,
+                    bytes,
+                });
+            }
+            let Some(pick) = pick else {
+                log::debug!(
+                    "frugal: step plan: no selection fits: {count} tensors of {bytes} B chosen, \
+                     the simulated peak {peak} B at position {at} (the forward pass ends at {}) \
+                     is over the ceiling {ceiling} B and no tensor held across it can be dropped",
+                    self.end
+                );
+                return None;
+            };
+            let i = pick.position;
+            chosen[i] = true;
+            for &j in &inputs[i] {
+                feeds[j] = true;
+            }
+            for h in &mut held[pick.drop_at as usize + 1..(pick.back as usize).min(p)] {
+                *h -= self.bytes[i] as i64;
+            }
+            for &j in &inputs[i] {
+                let kept = held_until(j) as usize + 1..(pick.back as usize).min(p);
+                for h in held.get_mut(kept).into_iter().flatten() {
+                    *h += self.bytes[j] as i64;
+                }
+            }
+            count += 1;
+            bytes += self.bytes[i];
+        }
+    }
+}

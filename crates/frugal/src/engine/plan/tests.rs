@@ -1,0 +1,630 @@
+use super::period::{GRAM, WINDOW};
+use super::record::StepRecord;
+use super::segments::SEGMENT_SEARCH_STEP;
+use super::simulation::Parked;
+use super::*;
+
+/// The op of tensors whose op does not matter to a test.
+const OP: OpId = OpId::new(0);
+
+/// A step of `n` distinct tokens, each read once `gap` creations later.
+fn run_steps(plan: &mut StepPlan, steps: usize, step: &[u64], gap: u64) -> Vec<u64> {
+    let mut ordinals = Vec::new();
+    for _ in 0..steps {
+        for &token in step {
+            let ordinal = plan.on_create(token, OP, 4, 0, None, None);
+            ordinals.push(ordinal);
+            if let Some(read) = ordinal.checked_sub(gap) {
+                plan.on_read(read);
+            }
+        }
+    }
+    ordinals
+}
+
+#[test]
+fn a_repeated_step_is_learned_and_predicts_the_next_read() {
+    let step: Vec<u64> = (0..100).map(|i| i * 7919 + 1).collect();
+    let mut plan = StepPlan::default();
+    run_steps(&mut plan, 1, &step, 10);
+    assert_eq!(plan.figures().period, 0, "one step is not a repetition");
+    run_steps(&mut plan, 2, &step, 10);
+    assert_eq!(plan.figures().period, 100);
+    // Reads are stamped with the next ordinal: a tensor read just after the creation
+    // `gap` later is read at its ordinal + 11. The tensor with ordinal `now - 3` is
+    // therefore read at `now + 8`.
+    let now = plan.next_ordinal();
+    assert_eq!(plan.distance(now - 3), Some(8));
+}
+
+#[test]
+fn the_learned_step_tells_the_op_and_bytes_of_the_next_tensor() {
+    let step: Vec<u64> = (0..100).map(|i| i * 7919 + 1).collect();
+    let mut plan = StepPlan::default();
+    let create = |plan: &mut StepPlan, tokens: &[u64]| {
+        for (i, &token) in tokens.iter().enumerate() {
+            let ordinal = plan.on_create(token, OpId::new(i as u16), 100 + i as u64, 0, None, None);
+            if let Some(read) = ordinal.checked_sub(10) {
+                plan.on_read(read);
+            }
+        }
+    };
+    create(&mut plan, &step);
+    assert_eq!(plan.next_made(), None, "no step learned yet");
+    create(&mut plan, &step);
+    create(&mut plan, &step);
+    assert_eq!(plan.figures().period, 100);
+    assert_eq!(
+        plan.next_made(),
+        Some((OpId::new(0), 100)),
+        "the step's first tensor comes next"
+    );
+    create(&mut plan, &step[..4]);
+    assert_eq!(plan.next_made(), Some((OpId::new(4), 104)));
+}
+
+#[test]
+fn a_tensor_read_until_its_successor_is_made_outlives_the_step() {
+    let step: Vec<u64> = (0..100).map(|i| i * 13 + 5).collect();
+    let mut plan = StepPlan::default();
+    let mut param = None;
+    for _ in 0..4 {
+        for (i, &token) in step.iter().enumerate() {
+            // The last tensor of each step is a parameter, read at the start and near the
+            // end of the next step; the others are read two creations later.
+            if i == 98
+                && let Some(p) = param
+            {
+                plan.on_read(p);
+            }
+            let ordinal = plan.on_create(token, OP, 4, 0, None, None);
+            if i == 10
+                && let Some(p) = param
+            {
+                plan.on_read(p);
+            }
+            if i == 99 {
+                param = Some(ordinal);
+            } else if let Some(read) = ordinal.checked_sub(2) {
+                plan.on_read(read);
+            }
+        }
+    }
+    assert_eq!(plan.figures().period, 100);
+    assert!(plan.outlives_step(param.unwrap()));
+    assert!(!plan.outlives_step(plan.next_ordinal() - 3));
+}
+
+#[test]
+fn a_repeating_layer_inside_the_step_gives_way_to_the_whole_step() {
+    // Twelve identical layers, then a head: the layer repeats inside a step.
+    let layer: Vec<u64> = (0..40).map(|i| i + 1000).collect();
+    let mut step: Vec<u64> = layer.iter().cycle().take(40 * 12).copied().collect();
+    step.extend((0..50).map(|i| i + 5000));
+    let mut plan = StepPlan::default();
+    run_steps(&mut plan, 3, &step, 5);
+    assert_eq!(plan.figures().period, step.len() as u64);
+}
+
+#[test]
+fn a_changed_step_stops_predictions_and_learns_again() {
+    let a: Vec<u64> = (0..80).map(|i| i + 1).collect();
+    let b: Vec<u64> = (0..120).map(|i| i * 3 + 100_000).collect();
+    let mut plan = StepPlan::default();
+    run_steps(&mut plan, 3, &a, 4);
+    assert_eq!(plan.figures().period, 80);
+    run_steps(&mut plan, 1, &b[..GRAM as usize], 4);
+    assert_eq!(plan.figures().period, 0, "the match broke");
+    assert_eq!(plan.distance(plan.next_ordinal() - 1), None);
+    run_steps(&mut plan, 3, &b, 4);
+    assert_eq!(plan.figures().period, 120);
+    assert!(plan.figures().replans >= 1);
+}
+
+#[test]
+fn memory_stays_bounded_over_many_steps() {
+    let step: Vec<u64> = (0..200).map(|i| i + 1).collect();
+    let mut plan = StepPlan::default();
+    run_steps(&mut plan, 1000, &step, 3);
+    assert_eq!(plan.figures().period, 200);
+    let bound = (WINDOW + WINDOW / 4 + 1) as usize;
+    assert!(plan.tokens.len() <= bound, "{}", plan.tokens.len());
+    assert!(plan.reads.len() <= bound, "{}", plan.reads.len());
+}
+
+/// A toy training step: `layers` layers of `width` tensors of 100 bytes each in the
+/// forward pass (each read by the next, and once more by the backward pass), the backward
+/// pass in reverse, then one new 10-byte parameter per layer replacing the old one. Every
+/// tensor is dropped after its last read. Returns the segment events of each step, by
+/// position in the step.
+fn training_steps(
+    plan: &mut StepPlan,
+    steps: usize,
+    layers: usize,
+    width: usize,
+    limit: Option<u64>,
+) -> Vec<Vec<(usize, SegmentEvent)>> {
+    training_steps_with_state(plan, steps, layers, width, limit, 0, &mut Vec::new())
+}
+
+/// As [`training_steps`], with optimizer state: after each layer's new parameter, a new
+/// state tensor of `state_bytes` (if not 0) replacing the old one, which only this tail of
+/// the step reads. The ordinals of the state tensors are pushed to `states`.
+fn training_steps_with_state(
+    plan: &mut StepPlan,
+    steps: usize,
+    layers: usize,
+    width: usize,
+    limit: Option<u64>,
+    state_bytes: u64,
+    states: &mut Vec<u64>,
+) -> Vec<Vec<(usize, SegmentEvent)>> {
+    let steps = vec![StepNoise::default(); steps];
+    training_steps_under(plan, &steps, layers, width, limit, state_bytes, states)
+}
+
+/// What the budget did in one step of [`training_steps_under`].
+#[derive(Clone, Copy, Default)]
+struct StepNoise {
+    /// Eviction rounds the budget needed, noted at the step's end.
+    pressure: u64,
+    /// Bytes live on the device beside the step's own for the whole step (the runtime's
+    /// or another tensor's), which the record sees in its live bytes.
+    other_live: u64,
+}
+
+/// As [`training_steps_with_state`], one step per entry of `steps`.
+fn training_steps_under(
+    plan: &mut StepPlan,
+    steps: &[StepNoise],
+    layers: usize,
+    width: usize,
+    limit: Option<u64>,
+    state_bytes: u64,
+    states: &mut Vec<u64>,
+) -> Vec<Vec<(usize, SegmentEvent)>> {
+    let mut live = 0u64;
+    let mut state: Vec<Option<u64>> = vec![None; layers];
+    let mut params: Vec<Option<u64>> = vec![None; layers];
+    let mut all = Vec::new();
+    for noise in steps {
+        live += noise.other_live;
+        let mut events = Vec::new();
+        let mut position = 0usize;
+        let mut create = |plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64| {
+            *live += bytes;
+            let ordinal = plan.on_create(token, OP, bytes, *live, None, None);
+            if let Some(event) = plan.segment_event(ordinal, limit) {
+                events.push((position, event));
+            }
+            position += 1;
+            ordinal
+        };
+        let mut saved = vec![Vec::new(); layers];
+        let mut previous: Option<u64> = None;
+        for (layer, kept) in saved.iter_mut().enumerate() {
+            for j in 0..width {
+                if let Some(p) = previous {
+                    plan.on_read(p);
+                }
+                if j == 0
+                    && let Some(p) = params[layer]
+                {
+                    plan.on_read(p);
+                }
+                let t = create(plan, (layer * width + j) as u64 + 1, 100, &mut live);
+                kept.push(t);
+                previous = Some(t);
+            }
+        }
+        let mut grad: Option<u64> = None;
+        for layer in (0..layers).rev() {
+            for (j, &t) in saved[layer].iter().enumerate().rev() {
+                plan.on_read(t);
+                if let Some(g) = grad {
+                    plan.on_read(g);
+                    plan.on_drop(g);
+                    live -= 100;
+                }
+                plan.on_drop(t);
+                live -= 100;
+                let token = (10_000 + layer * width + j) as u64;
+                grad = Some(create(plan, token, 100, &mut live));
+            }
+        }
+        for (param, state) in params.iter_mut().zip(&mut state) {
+            if let Some(s) = *state {
+                plan.on_read(s);
+                plan.on_drop(s);
+                live -= state_bytes;
+            }
+            if let Some(p) = *param {
+                plan.on_read(p);
+                plan.on_drop(p);
+                live -= 10;
+            }
+            *param = Some(create(plan, 20_000, 10, &mut live));
+            if state_bytes > 0 {
+                let s = create(plan, 30_000, state_bytes, &mut live);
+                states.push(s);
+                *state = Some(s);
+            }
+        }
+        if let Some(g) = grad {
+            plan.on_drop(g);
+            live -= 100;
+        }
+        for _ in 0..noise.pressure {
+            plan.note_pressure();
+        }
+        live -= noise.other_live;
+        all.push(events);
+    }
+    all
+}
+
+#[test]
+fn a_forward_pass_over_the_budget_is_cut_into_the_same_segments_every_step() {
+    let (layers, width) = (8, 10);
+    let mut plan = StepPlan::default();
+    let steps = training_steps(&mut plan, 6, layers, width, Some(4_000));
+    assert_eq!(plan.figures().period, (2 * layers * width + layers) as u64);
+    let figures = plan.figures();
+    assert!(figures.segments >= 2, "{figures:?}");
+    let last = &steps[5];
+    assert_eq!(
+        last.first(),
+        Some(&(0, SegmentEvent::Open { park: Vec::new() })),
+        "{last:?}"
+    );
+    assert_eq!(
+        last.last(),
+        Some(&(layers * width, SegmentEvent::Close)),
+        "the forward pass ends at the step's peak: {last:?}"
+    );
+    let cuts: Vec<usize> = last
+        .iter()
+        .filter(|(_, e)| matches!(e, SegmentEvent::Cut { .. }))
+        .map(|(at, _)| *at)
+        .collect();
+    assert_eq!(cuts.len() as u64, figures.segments - 1);
+    // The same cuts in the step before.
+    let before: Vec<usize> = steps[4]
+        .iter()
+        .filter(|(_, e)| matches!(e, SegmentEvent::Cut { .. }))
+        .map(|(at, _)| *at)
+        .collect();
+    assert_eq!(cuts, before);
+    // Each segment keeps at most the bytes the cuts aim at, and at least half of them.
+    let mut bounds = vec![0];
+    bounds.extend(&cuts);
+    for pair in bounds.windows(2) {
+        let bytes = (pair[1] - pair[0]) as u64 * 100;
+        assert!(bytes <= figures.segment_bytes, "{bytes} {figures:?}");
+        assert!(2 * bytes >= figures.segment_bytes, "{bytes} {figures:?}");
+    }
+    // A cut evicts what the forward pass read before it, but keeps its checkpoints and
+    // what the next op reads.
+    let Some((
+        at,
+        SegmentEvent::Cut {
+            position,
+            last_read,
+            ..
+        },
+    )) = last
+        .iter()
+        .find(|(_, e)| matches!(e, SegmentEvent::Cut { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(*position as usize, *at);
+    // In this chain each tensor is read only by the next op (and the backward pass): the
+    // one before the cut was read by the op that made the cut's tensor, which will be
+    // recomputed from it, so it is the segment's checkpoint; the one before that is
+    // evicted.
+    assert_eq!(last_read[at - 1], u64::MAX);
+    assert_eq!(last_read[at - 2], *position - 1);
+}
+
+#[test]
+fn smaller_segments_that_evict_no_less_give_way_to_the_very_cuts_before_them() {
+    let (layers, width, limit) = (8, 10, 4_000);
+    let cuts_of = |events: &[(usize, SegmentEvent)]| -> Vec<usize> {
+        let cuts = events
+            .iter()
+            .filter(|(_, e)| matches!(e, SegmentEvent::Cut { .. }));
+        cuts.map(|(at, _)| *at).collect()
+    };
+    // Without pressure: the step under the first segments.
+    let quiet = training_steps(&mut StepPlan::default(), 8, layers, width, Some(limit));
+    let first = quiet.iter().position(|e| !e.is_empty()).unwrap();
+    // The budget evicts in that step, so the segments shrink; under the smaller ones it
+    // evicts more, with more bytes live beside the step: back to the first cuts, not to
+    // cuts made anew from the newer record.
+    let mut noise = vec![StepNoise::default(); first + 5];
+    noise[first].pressure = 3;
+    noise[first + 1] = StepNoise {
+        pressure: 5,
+        other_live: 600,
+    };
+    let mut plan = StepPlan::default();
+    let steps = training_steps_under(
+        &mut plan,
+        &noise,
+        layers,
+        width,
+        Some(limit),
+        0,
+        &mut Vec::new(),
+    );
+    let (before, smaller) = (cuts_of(&steps[first]), cuts_of(&steps[first + 1]));
+    assert!(smaller.len() > before.len(), "{before:?} {smaller:?}");
+    for later in &steps[first + 2..] {
+        assert_eq!(cuts_of(later), before);
+    }
+}
+
+#[test]
+fn a_step_that_fits_or_no_budget_gets_no_segments() {
+    let mut plan = StepPlan::default();
+    let steps = training_steps(&mut plan, 5, 8, 10, Some(1 << 30));
+    assert!(steps.iter().all(|events| events.is_empty()));
+    assert_eq!(plan.figures().segments, 0);
+    let mut plan = StepPlan::default();
+    let steps = training_steps(&mut plan, 5, 8, 10, None);
+    assert!(steps.iter().all(|events| events.is_empty()));
+}
+
+#[test]
+fn segments_follow_a_changed_step() {
+    let mut plan = StepPlan::default();
+    training_steps(&mut plan, 5, 8, 10, Some(4_000));
+    let before = plan.figures();
+    assert!(before.segments > 0);
+    // Wider layers: the step changes, the segments go, and come back cut for it.
+    let steps = training_steps(&mut plan, 6, 8, 14, Some(5_000));
+    let after = plan.figures();
+    assert_eq!(after.period, 2 * 8 * 14 + 8);
+    assert!(after.segments > 0, "{after:?}");
+    assert_eq!(
+        steps[5].first(),
+        Some(&(0, SegmentEvent::Open { park: Vec::new() }))
+    );
+    assert_eq!(steps[5].last(), Some(&(8 * 14, SegmentEvent::Close)));
+}
+
+#[test]
+fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
+    // A forward chain of four 10-byte tensors, each read by the next and once by the
+    // backward pass (in reverse), then four backward tensors.
+    let record = StepRecord {
+        period: 8,
+        end: 4,
+        base_live: 10,
+        live: Vec::new(),
+        bytes: vec![10; 8],
+        reads: vec![
+            vec![1, 7],
+            vec![2, 6],
+            vec![3, 5],
+            vec![4],
+            vec![5],
+            vec![6],
+            vec![7],
+            vec![],
+        ],
+        shared: vec![false; 8],
+        cost_per_byte: vec![f32::INFINITY; 8],
+    };
+    // Held from creation to last read, inclusive: five tensors at positions 4 and 5.
+    assert_eq!(record.simulate(&[0], &[], Parked::NONE), 50);
+    // A cut at 2: the second tensor is read by the op that makes the third, which begins
+    // the next segment, so it is a checkpoint; the first is evicted from position 3 until
+    // the backward pass reads it, at 7.
+    let cuts = [0, 2];
+    let last_read = record.last_reads(&cuts);
+    assert_eq!(last_read, vec![1, u64::MAX, 3, 0]);
+    assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 40);
+    // Read across the cut as well, the first tensor is a checkpoint too and stays.
+    let mut reads = record.reads.clone();
+    reads[0] = vec![1, 3, 7];
+    let record = StepRecord { reads, ..record };
+    let last_read = record.last_reads(&cuts);
+    assert_eq!(last_read[..2], [u64::MAX, u64::MAX]);
+    assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 50);
+}
+
+#[test]
+fn the_simulated_step_holds_a_dropped_checkpoint_until_the_segment_after_it_comes_back() {
+    // A forward chain of five 10-byte tensors cut into three segments at 2 and 4. The
+    // second (1) is read only by the third (2), which begins the second segment: a
+    // checkpoint the program drops at once. The backward pass (5..) reads the third at 8.
+    let record = StepRecord {
+        period: 10,
+        end: 5,
+        base_live: 0,
+        live: Vec::new(),
+        bytes: vec![10; 10],
+        reads: vec![
+            vec![1, 9],
+            vec![2],
+            vec![3, 8],
+            vec![4, 7],
+            vec![5],
+            vec![6],
+            vec![7],
+            vec![8],
+            vec![9],
+            vec![],
+        ],
+        shared: vec![false; 10],
+        cost_per_byte: vec![f32::INFINITY; 10],
+    };
+    let cuts = [0, 2, 4];
+    let last_read = record.last_reads(&cuts);
+    assert_eq!(last_read[1], u64::MAX);
+    let curve = record.simulate_curve(&cuts, &last_read, Parked::NONE);
+    // The curve counts from the step's start (the first tensor, read again at its end).
+    // The third tensor is evicted from position 5 until 8, when the backward pass
+    // recomputes it from the checkpoint, which is held from its creation until then
+    // (dropped at its last read, position 2, it would leave 10 bytes less at 3 to 8).
+    assert_eq!(curve, vec![0, 10, 20, 20, 30, 30, 30, 30, 30, 20]);
+    assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 30);
+}
+
+#[test]
+fn a_selection_drops_the_cheapest_tensor_held_across_the_peak() {
+    // Forward: x (0) -> a (1, cheap) -> b (2, a product of a) -> c (3) -> d (4); the
+    // backward pass (5..) reads b at 6, a at 7, x at 8.
+    let record = |costs: [f32; 2]| StepRecord {
+        period: 9,
+        end: 5,
+        base_live: 0,
+        live: Vec::new(),
+        bytes: vec![10, 40, 40, 10, 10, 10, 10, 10, 10],
+        reads: vec![
+            vec![1, 8],
+            vec![2, 7],
+            vec![3, 6],
+            vec![4],
+            vec![5],
+            vec![6],
+            vec![7],
+            vec![8],
+            vec![],
+        ],
+        shared: vec![false; 9],
+        cost_per_byte: [f32::INFINITY, costs[0], costs[1]]
+            .into_iter()
+            .chain([f32::INFINITY; 6])
+            .collect(),
+    };
+    // Held from the step's start: 100 bytes at positions 4 to 6 (all of x, a, b).
+    let cheap_a = record([2.0, 20.0]);
+    assert_eq!(
+        cheap_a.select(100, 100, 0, Parked::NONE).map(|s| s.count),
+        Some(0)
+    );
+    let chosen = cheap_a.select(95, 95, 0, Parked::NONE).expect("a fits");
+    assert_eq!((chosen.count, chosen.bytes, chosen.peak), (1, 40, 90));
+    // `a` goes as `c` is made, after `b` (made at 2) read it; back when the backward
+    // pass reads it.
+    assert_eq!(chosen.cuts, vec![0, 3]);
+    assert_eq!(chosen.last_read[1], 2);
+    assert!(
+        chosen
+            .last_read
+            .iter()
+            .enumerate()
+            .all(|(i, &l)| i == 1 || l == u64::MAX)
+    );
+    // Position 3 still holds x, a, b and c: nothing held across it can be dropped
+    // before it, and `b` may not go beside `a`, its dropped input.
+    assert!(cheap_a.select(85, 85, 0, Parked::NONE).is_none());
+    // Short of the aim but within the ceiling, the choice that got lowest is taken.
+    let short = cheap_a
+        .select(85, 90, 0, Parked::NONE)
+        .expect("within the ceiling");
+    assert_eq!((short.count, short.peak), (1, 90));
+    // A cheaper `b` is no help: it goes only as `d` is made (position 4, the peak's
+    // first position), so `a` goes all the same.
+    let cheap_b = record([30.0, 2.0]);
+    let chosen = cheap_b.select(95, 95, 0, Parked::NONE).expect("a fits");
+    assert_eq!(chosen.cuts, vec![0, 3]);
+    assert_eq!((chosen.last_read[1], chosen.last_read[2]), (2, u64::MAX));
+    // Too small to be worth an op.
+    assert!(cheap_a.select(95, 95, 41, Parked::NONE).is_none());
+    // Optimizer state parked across the peak lowers it by its bytes; back before the
+    // peak (position 3, once `a` is chosen) it does not.
+    let across = Parked {
+        bytes: 10,
+        until: 9,
+    };
+    let parked = cheap_a
+        .select(85, 85, 0, across)
+        .expect("fits with 10 B away");
+    assert_eq!((parked.count, parked.peak), (1, 80));
+    let before = Parked {
+        bytes: 10,
+        until: 3,
+    };
+    assert!(cheap_a.select(85, 85, 0, before).is_none());
+}
+
+#[test]
+fn the_segments_are_the_largest_whose_simulated_step_fits() {
+    // 80 forward tensors of 100 bytes under a budget of 4,000: segments of the whole
+    // room (39 tensors) would bring 3,900 bytes back at once beside the gradients and
+    // parameters; the next share (31 tensors) fits.
+    let (layers, width) = (8, 10);
+    let mut plan = StepPlan::default();
+    training_steps(&mut plan, 6, layers, width, Some(4_000));
+    let figures = plan.figures();
+    assert!(figures.segments >= 2, "{figures:?}");
+    assert!(figures.estimated_peak <= 4_000, "{figures:?}");
+    assert!(figures.estimated_peak > 3_000, "{figures:?}");
+    assert_eq!(plan.segment_share, SEGMENT_SHARE * SEGMENT_SEARCH_STEP);
+}
+
+#[test]
+fn optimizer_state_is_parked_only_when_no_segments_fit_without_it() {
+    let (layers, width) = (8, 10);
+    // 3,200 bytes of optimizer state: under 8,000 the segments fit beside it, under
+    // 4,000 they do not, and the plan parks some of it for the forward and backward
+    // passes.
+    let mut plan = StepPlan::default();
+    let mut states = Vec::new();
+    training_steps_with_state(&mut plan, 6, layers, width, Some(8_000), 400, &mut states);
+    let roomy = plan.figures();
+    assert!(roomy.segments >= 2, "{roomy:?}");
+    assert_eq!(roomy.parked_bytes, 0, "{roomy:?}");
+
+    let mut plan = StepPlan::default();
+    let mut states = Vec::new();
+    let steps =
+        training_steps_with_state(&mut plan, 6, layers, width, Some(4_000), 400, &mut states);
+    let tight = plan.figures();
+    assert!(tight.parked_bytes > 0, "{tight:?}");
+    assert!(
+        tight.parked_bytes < 8 * 400,
+        "the fewest bytes that fit: {tight:?}"
+    );
+    assert!(tight.estimated_peak <= 4_000, "{tight:?}");
+    // The forward pass's start (here the newest state tensor, after which the step's own
+    // tensors are all gone) names state the step before made that the next step reads
+    // only in its optimizer tail: the same number of tensors every step, and the layers
+    // read last.
+    let opens: Vec<&Vec<u64>> = steps[4..]
+        .iter()
+        .flatten()
+        .filter_map(|(_, event)| match event {
+            SegmentEvent::Open { park } => Some(park),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(opens.len(), 2, "{steps:?}");
+    assert_eq!(opens[0].len(), opens[1].len());
+    assert_eq!(opens[0].len() as u64 * 400, tight.parked_bytes);
+    for park in opens {
+        assert!(
+            park.iter().all(|ordinal| states.contains(ordinal)),
+            "{park:?}"
+        );
+        let newest = states
+            .iter()
+            .position(|s| *s > park[park.len() - 1])
+            .unwrap();
+        let layers_parked: Vec<usize> = park
+            .iter()
+            .map(|ordinal| states.iter().position(|s| s == ordinal).unwrap() % layers)
+            .collect();
+        // Ascending ordinals, the layers just before the newest state's.
+        let last = newest % layers;
+        assert_eq!(
+            layers_parked,
+            (last - park.len()..last).collect::<Vec<_>>(),
+            "{park:?}"
+        );
+    }
+}
