@@ -8,17 +8,10 @@ set -u
 cd "$(dirname "$0")"
 # The "before" build read its selection ceiling from this variable; 0.05 is the current one.
 export FRUGAL_EXPERIMENT_OVERSHOOT=0.05
-export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
-mkdir -p ../target
-[ -d ../target/frugal-cuda-kernels ] || tar xzf cubecl-cache.tgz -C ../target
-for f in peak-memory peak-memory-before; do
-  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], \"wb\"))" $f.xz $f && chmod +x $f
-done
+. ./lib.sh
+unxz_bins peak-memory peak-memory-before
 R=/tmp/lk; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $R/gpu.txt
-one() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
-  timeout $limit "$@" > $R/$name.out 2> $R/$name.err
-  echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a $R/summary.txt; }
 one torch_gpt 90 python3 torch_gpt.py --configs bf16_sdpa
 one torch_best 200 python3 torch_best.py --configs bf16_sdpa_fusedadam,bf16_compile_amb20
 COMMON="--device frugal-cuda --fused-attention --optimizer adamw-fused --loss fused --warmup 4"

@@ -6,15 +6,10 @@
 # (2,259,928,576 B = 1/3 of 6,779,785,728), f32 at 1/3 and 1/4 of 8,096,366,596 B.
 set -u
 cd "$(dirname "$0")"
-export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
-mkdir -p ../target
-[ -d ../target/frugal-cuda-kernels ] || tar xzf cubecl-cache.tgz -C ../target
-python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], \"wb\"))" peak-memory.xz peak-memory && chmod +x peak-memory
+. ./lib.sh
+unxz_bins peak-memory
 R=/tmp/headroom; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $R/gpu.txt
-one() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
-  timeout $limit "$@" > $R/$name.out 2> $R/$name.err
-  echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a $R/summary.txt; }
 one torch-amb20 120 python3 torch_best.py --configs bf16_compile_amb20 --steps 24
 BF16="--device frugal-cuda --fused-attention --optimizer adamw-fused --loss fused --warmup 4 --steps 24"
 F32="--device frugal-cuda --fused-attention --warmup 6 --steps 20 --reference-peak 8096366596"

@@ -5,15 +5,10 @@
 # 2,259,928,576 B). Every process has its own time limit; STEPS steps, 4 of them warm-up.
 set -u
 cd "$(dirname "$0")"
-export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
-mkdir -p ../target
-[ -d ../target/frugal-cuda-kernels ] || tar xzf cubecl-cache.tgz -C ../target
-python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], \"wb\"))" peak-memory.xz peak-memory && chmod +x peak-memory
+. ./lib.sh
+unxz_bins peak-memory
 R=/tmp/pairs; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $R/gpu.txt
-one() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
-  timeout $limit "$@" > $R/$name.out 2> $R/$name.err
-  echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a $R/summary.txt; }
 S=${STEPS:-44}
 COMMON="--device frugal-cuda --fused-attention --optimizer adamw-fused --loss fused --warmup 4 --steps $S"
 for i in $(seq ${PAIRS:-4}); do

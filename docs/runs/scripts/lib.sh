@@ -1,0 +1,16 @@
+# Shared by the GPU scripts staged in .gpu/ beside it (`. ./lib.sh` after `cd` there):
+# the kernel cache carried between calls, .xz binaries unpacked, and `one NAME LIMIT CMD...`,
+# which runs one process with its own time limit into $R/NAME.out and .err and logs its exit
+# status to $R/summary.txt. Set R before calling `one`.
+export FRUGAL_CUDA_KERNEL_CACHE=$(cd .. && pwd)/target/frugal-cuda-kernels
+mkdir -p ../target
+[ -d ../target/frugal-cuda-kernels ] || tar xzf cubecl-cache.tgz -C ../target
+# unxz NAME...: NAME.xz to NAME, executable.
+unxz_bins() {
+  for f in "$@"; do
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], \"wb\"))" $f.xz $f && chmod +x $f
+  done
+}
+one() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
+  timeout $limit "$@" > $R/$name.out 2> $R/$name.err
+  echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a $R/summary.txt; }
