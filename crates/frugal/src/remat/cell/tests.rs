@@ -1,0 +1,135 @@
+//! The state machine of one cell, on NdArray, without the engine choosing: each test
+//! drives the transitions itself.
+
+use burn::backend::NdArray;
+use burn_backend::ops::FloatTensorOps;
+
+use super::*;
+use crate::op::families::float;
+use crate::remat::{FloatKind, Handle, Source};
+
+/// NdArray with its default element types.
+type Nd = NdArray;
+type Prim = <Nd as burn_backend::BackendTypes>::FloatTensorPrimitive;
+
+fn state() -> &'static DeviceState {
+    // A device of its own, so other tests' tensors do not share its counters.
+    DeviceState::of_device(&burn::backend::ndarray::NdArrayDevice::Cpu)
+}
+
+fn values(tensor: Prim) -> Vec<f32> {
+    burn_std::future::block_on(Nd::float_into_data(tensor))
+        .unwrap()
+        .to_vec()
+        .unwrap()
+}
+
+/// A kept input and a cell computing `exp` of it, with its recipe.
+fn exp_cell() -> (Arc<Cell<Nd, FloatKind>>, Vec<f32>) {
+    let device = Default::default();
+    let input = Nd::float_from_data(burn_backend::TensorData::from([0.5f32, 1.0, -2.0]), &device);
+    let exp = float::op(float::Op::float_exp);
+    let kept = Source::Kept(input.clone(), Arc::new(state().charge(&input, exp)));
+    let out = Nd::float_exp(input);
+    let expected = values(out.clone());
+    let storage = Arc::new(state().charge(&out, exp));
+    let recipe = Recipe {
+        run: Box::new(move || Nd::float_exp(kept.get())),
+        inputs: Vec::new(),
+        view_of: None,
+    };
+    (Cell::create(out, storage, Some(recipe), 1.0), expected)
+}
+
+#[test]
+fn an_evicted_cell_is_recomputed_to_the_same_values_when_read() {
+    let (cell, expected) = exp_cell();
+    assert_eq!(cell.status(), Status::Resident);
+    let before = state().budget.stats().recomputes;
+    assert!(cell.evict());
+    assert_eq!(cell.status(), Status::Evicted);
+    assert!(cell.resident_storage().is_none());
+    assert_eq!(values(cell.get()), expected);
+    assert_eq!(cell.status(), Status::Resident);
+    assert!(state().budget.stats().recomputes > before);
+}
+
+#[test]
+fn an_offloaded_cell_comes_back_from_host_memory() {
+    let (cell, expected) = exp_cell();
+    let mut batch = cell.host_batch();
+    assert!(cell.clone().offload_into(&mut *batch));
+    assert_eq!(cell.status(), Status::Offloading);
+    assert_eq!(batch.finish(), 1);
+    assert_eq!(cell.status(), Status::Offloaded);
+    assert_eq!(values(cell.get()), expected);
+    assert_eq!(cell.status(), Status::Resident);
+}
+
+#[test]
+fn a_pinned_cell_is_neither_evicted_nor_offloaded() {
+    let (cell, _) = exp_cell();
+    cell.core.pins.fetch_add(1, Relaxed);
+    assert!(!cell.evict());
+    assert!(!cell.clone().offload_into(&mut *cell.host_batch()));
+    cell.core.pins.fetch_sub(1, Relaxed);
+    assert!(cell.evict());
+}
+
+#[test]
+fn dropping_the_last_handle_frees_a_cell_nothing_depends_on() {
+    let (cell, _) = exp_cell();
+    let handle = Handle::<Prim> { cell: cell.clone() };
+    drop(handle);
+    assert!(cell.core.info.is_dead());
+    // Its recipe reads no dropped tensor, so it keeps it: evicted rather than gone.
+    assert_eq!(cell.status(), Status::Evicted);
+    // A cell without a recipe has nothing to keep.
+    let device = Default::default();
+    let lone = Nd::float_from_data(burn_backend::TensorData::from([1.0f32]), &device);
+    let storage = Arc::new(state().charge(&lone, float::op(float::Op::float_exp)));
+    let lone = Cell::<NdArray, FloatKind>::create(lone, storage, None, 0.0);
+    drop(Handle::<Prim> { cell: lone.clone() });
+    assert_eq!(lone.status(), Status::Gone);
+}
+
+/// A cell computing `exp` of the managed `input`, with its recipe.
+fn exp_of(input: &Arc<Cell<Nd, FloatKind>>) -> Arc<Cell<Nd, FloatKind>> {
+    let exp = float::op(float::Op::float_exp);
+    let out = Nd::float_exp(input.get());
+    let storage = Arc::new(state().charge(&out, exp));
+    let source = Source::Cell(input.clone() as Arc<dyn CellOf<Prim>>);
+    let recipe = Recipe {
+        run: Box::new(move || Nd::float_exp(source.get())),
+        inputs: vec![input.clone() as Arc<dyn CellDyn>],
+        view_of: None,
+    };
+    Cell::create(out, storage, Some(recipe), 1.0)
+}
+
+#[test]
+fn a_cell_that_forgets_its_recipe_lets_the_dropped_tensors_it_was_computed_from_go() {
+    // a (no recipe) -> b -> c, as a block's input, a product and a segment's checkpoint.
+    let device = Default::default();
+    let a = Nd::float_from_data(burn_backend::TensorData::from([1.0f32, 2.0]), &device);
+    let storage = Arc::new(state().charge(&a, float::op(float::Op::float_exp)));
+    let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0);
+    let b = exp_of(&a);
+    let c = exp_of(&b);
+    let expected = values(c.get());
+    // b is dropped to be recomputed, then the program drops a and b: a stays on the
+    // device, since recomputing b (for c) needs it.
+    assert!(b.evict());
+    drop(Handle::<Prim> { cell: a.clone() });
+    drop(Handle::<Prim> { cell: b.clone() });
+    assert_eq!(a.status(), Status::Resident);
+    drop(b);
+    // c will not be recomputed: without its recipe, b goes and a with it.
+    c.forget_recipe();
+    assert_eq!(a.status(), Status::Gone);
+    assert_eq!(values(c.get()), expected);
+    assert!(
+        !c.evict(),
+        "a cell without a recipe cannot be dropped to be recomputed"
+    );
+}
