@@ -1,7 +1,8 @@
 //! Reclaiming memory under the budget. Every reason to free memory is a [`Reclaim`], and
 //! [`Budget::reclaim`] is the one way in: one target arithmetic ([`Reclaim::target`]), one
-//! ranking of candidates ([`Candidate::cmp_rank`](super::Candidate::cmp_rank)), one ladder of searches, as PyTorch's
-//! caching allocator climbs one retry ladder whatever the allocation.
+//! ranking of candidates ([`Candidate::cmp_rank`](super::Candidate::cmp_rank)), one ladder
+//! of searches, as PyTorch's caching allocator climbs one retry ladder whatever the
+//! allocation.
 //!
 //! The searches, cheapest first: with a learned step, every cell scored by its predicted next
 //! read in one deterministic pass; without one, a random sample of about √n cells per eviction
