@@ -44,6 +44,7 @@ mod checkpoint;
 mod fit;
 pub mod memory;
 mod memory_viz; // 10: PyTorch's memory_viz file of a snapshot
+mod micro_batching; // 11: the micro-batch count chosen from the budget's costs
 pub mod nn; // 9: attention without s² storage, a MultiHeadAttention drop-in
 pub mod optim; // 10: the 8-bit AdamW
 pub mod precision;
@@ -59,6 +60,10 @@ pub use checkpoint::{ScopeOutput, checkpoint};
 pub use engine::{Action, EvictionMode, Policy, RematStats};
 pub use fit::{
     AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitProbe, FitRow,
+};
+pub use micro_batching::{
+    FIRST_STEP_RECOMPUTE_RATIO_LIMIT, MicroBatchChange, MicroBatchReason, MicroBatching,
+    RECOMPUTE_RATIO_LIMIT, recompute_ratio,
 };
 pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
 pub use runtime::{AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView};

@@ -421,6 +421,12 @@ pub struct TrainArgs {
     /// copies of the model; prints the measurements behind the choice.
     #[arg(long, help_heading = MEMORY)]
     pub fit: bool,
+    /// Under --budget, keep --accumulate as given. By default a step that recomputes more than
+    /// its forward pass's work to keep the budget (the tensors it keeps do not fit) splits the
+    /// batch into twice the micro-batches for the next step, and goes back if the split step
+    /// turns out slower.
+    #[arg(long, help_heading = MEMORY)]
+    pub keep_micro_batch: bool,
     /// Go back to a step's start when it runs out of memory and retry it with half the
     /// micro-batch and twice the accumulation (on CUDA, in a new process). The start is held
     /// through the forward and backward passes and let go when the update begins, so AdamW

@@ -232,6 +232,19 @@ pub fn print_summary<D: DeviceOps + 'static>(
             last.micro_batches
         );
     }
+    if recovered == 0
+        && let (Some(first), Some(last)) = (log.first(), log.last())
+        && first.micro_batches != last.micro_batches
+    {
+        println!(
+            "the budget's recomputation split the batch: {} micro-batches of {} at the end, {} \
+             at the start (--accumulate {} starts there; --keep-micro-batch keeps the split)",
+            last.micro_batches,
+            args.batch() / last.micro_batches,
+            first.micro_batches,
+            last.micro_batches
+        );
+    }
     if let (Some(first), Some(last)) = (log.first(), log.last()) {
         println!(
             "loss {:.3} (step {}) -> {:.3} (step {})",

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::backend::Backend;
-use frugal::GradScaler;
 use frugal::memory;
+use frugal::{GradScaler, MicroBatching};
 
 pub use crate::cli::{BudgetSize, DeviceKind, Evict, Precision, TrainArgs};
 pub use crate::report::StepLog;
@@ -277,6 +277,15 @@ pub fn train_observed<B: Backend>(
         compile_progress::CompileWatch::start(&bar, read, !args.quiet && bar.is_hidden())
     });
     let mut micro_batches = args.accumulate;
+    // Under a budget (and not --fit, whose probes chose the split), the split follows what
+    // the steps cost.
+    let mut split = match args.budget.is_some() && !args.fit && !args.keep_micro_batch {
+        true => Some(
+            MicroBatching::new(args.batch(), micro_batches)
+                .map_err(|e| format!("--accumulate {micro_batches}: {e}"))?,
+        ),
+        false => None,
+    };
     let mut recovered = 0u32;
     let mut step_start = memory::remat_stats(&device);
     let mut allocator_start = allocator_counters(&device).unwrap_or_default();
@@ -297,6 +306,9 @@ pub fn train_observed<B: Backend>(
             record_allocator_trace(&device, true);
         }
         let started = Instant::now();
+        if let Some(split) = &mut split {
+            split.begin_step(&device);
+        }
         let batch = corpus.batch(args.seed, step, args.batch(), args.seq())?;
         let (next, loss, scaled) = loop {
             // The step's starting state, to go back to if the forward or backward pass runs
@@ -368,6 +380,10 @@ pub fn train_observed<B: Backend>(
                     match (start, halved) {
                         (Some((at_start, record, scaler_at_start)), Some(more)) if retry_here => {
                             micro_batches = more;
+                            if let Some(split) = &mut split {
+                                split.set_micro_batches(more).map_err(|e| e.to_string())?;
+                                split.begin_step(&device);
+                            }
                             model = at_start;
                             optim = optim.load_record(record);
                             scaler = scaler_at_start;
@@ -456,6 +472,15 @@ pub fn train_observed<B: Backend>(
             first_step_kernels = Some((entry.step_ms, read().since(&start)));
         }
         report::show_step(&bar, &args, &entry);
+        if let Some(change) = split
+            .as_mut()
+            .and_then(|split| split.end_step(&device, started.elapsed()))
+        {
+            micro_batches = change.to;
+            if !args.quiet {
+                bar.suspend(|| println!("step {step}: {change}"));
+            }
+        }
         log.push(entry);
         autosave.after_step::<B>(&args, &model, &optim, scaler.as_ref(), step + 1, &log);
     }

@@ -57,6 +57,10 @@ pub(crate) struct Made {
     pub(crate) recompute: Option<f64>,
     /// The ordinal of the tensor whose buffer it shares, if any.
     pub(crate) owner: Option<u64>,
+    /// What running its op cost (see [`crate::op::cost::op_cost`]), recomputable or not.
+    pub(crate) cost: f64,
+    /// It was made by the forward pass (an activation).
+    pub(crate) forward: bool,
 }
 
 /// What the budget's step plan says of a tensor being made (see [`Budget::on_create`]).
@@ -409,7 +413,16 @@ impl Budget {
             live,
             recompute,
             owner,
+            cost,
+            forward,
         } = made;
+        // A view or a move onto a buffer that exists did no work of its own.
+        if owner.is_none() {
+            self.counters.add(Counter::made_cost, cost as u64);
+            if forward {
+                self.counters.add(Counter::forward_cost, cost as u64);
+            }
+        }
         let ordinal = plan.on_create(token, op, bytes, live, recompute, owner);
         let segments = scope_opened_at
             .is_none_or(|at| before.period > 0 && ordinal >= at.saturating_add(2 * before.period));
@@ -544,10 +557,11 @@ impl Budget {
         self.counters.add(Counter::evicted_bytes, bytes);
     }
 
-    /// A tensor recomputed.
-    pub(crate) fn count_recompute(&self, bytes: u64) {
+    /// A tensor of `bytes` recomputed, by an op that costs `cost`.
+    pub(crate) fn count_recompute(&self, bytes: u64, cost: f64) {
         self.counters.add(Counter::recomputes, 1);
         self.counters.add(Counter::recomputed_bytes, bytes);
+        self.counters.add(Counter::recomputed_cost, cost as u64);
     }
 
     /// A tensor's copy now in host memory.

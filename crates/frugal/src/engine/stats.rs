@@ -123,6 +123,17 @@ remat_stats! {
     event allocation_rescues,
     /// Bytes the budget freed for those, by dropping tensors it can recompute.
     event rescued_bytes,
+    /// Estimated work of the ops that made managed tensors (views and moves onto an existing
+    /// buffer left out), in the cost model's unit: bytes of device memory traffic, a
+    /// product's multiply-adds converted at a GPU's ratio of arithmetic to bandwidth.
+    event made_cost,
+    /// The share of `made_cost` made in the forward pass (see [`crate::memory::set_phase`]).
+    event forward_cost,
+    /// Estimated work of the recomputations, in the same unit. More than `forward_cost` in
+    /// a step means eviction is recomputing more than the forward pass: checkpointing
+    /// recomputes each forward op at most once, and smaller micro-batches recompute nothing
+    /// (see [`crate::MicroBatching`]).
+    event recomputed_cost,
 }
 
 /// The live counters of one device, one relaxed atomic per [`RematStats`] field.

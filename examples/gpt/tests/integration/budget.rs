@@ -35,3 +35,66 @@ fn the_default_model_under_six_mib_stays_within_the_budget_in_every_step() {
         );
     }
 }
+
+/// `gpt --steps 8 --budget 4MiB`: the budget alone recomputes more than the forward pass's work
+/// at the whole batch of 16, so the batch is split (2 micro-batches, then 4 once the plan
+/// learned for 2 recomputes more again) until the steps recompute little; the losses stay
+/// those of the plain run up to f32 summation order. `--keep-micro-batch` keeps the batch
+/// whole.
+#[test]
+fn a_budget_that_recomputes_more_than_the_forward_pass_splits_the_batch() {
+    let _serial = crate::serial();
+    let root = std::env::temp_dir().join(format!("gpt-budget-split-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let run = |name: &str, extra: &[&str]| {
+        let out = root.join(name);
+        let mut argv = vec![
+            "gpt",
+            "--steps",
+            "8",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        argv.extend_from_slice(extra);
+        train::<NdArray>(&TrainArgs::parse_from(argv), Default::default()).unwrap()
+    };
+    let plain = run("plain", &[]);
+    let split = run("split", &["--budget", "4MiB"]);
+    let kept = run("kept", &["--budget", "4MiB", "--keep-micro-batch"]);
+    let _ = std::fs::remove_dir_all(&root);
+    let ratio = |step: &gpt::run::StepLog| frugal::recompute_ratio(&step.remat.unwrap());
+    assert!(kept.iter().all(|step| step.micro_batches == 1));
+    assert!(
+        kept[2..]
+            .iter()
+            .any(|step| ratio(step) > frugal::RECOMPUTE_RATIO_LIMIT),
+        "the batch kept whole recomputes more than its forward pass: {:?}",
+        kept.iter().map(ratio).collect::<Vec<_>>()
+    );
+    // Each change follows a step over the limit, and only grows the split.
+    for pair in split.windows(2) {
+        if pair[1].micro_batches != pair[0].micro_batches {
+            assert!(pair[1].micro_batches > pair[0].micro_batches);
+            assert!(ratio(&pair[0]) > frugal::RECOMPUTE_RATIO_LIMIT);
+        }
+    }
+    let last = split.last().unwrap();
+    assert!(last.micro_batches >= 2, "never split: {split:?}");
+    assert!(
+        ratio(last) <= frugal::RECOMPUTE_RATIO_LIMIT,
+        "still recomputing {:.2}x the forward pass at {} micro-batches",
+        ratio(last),
+        last.micro_batches
+    );
+    for (a, b) in plain.iter().zip(&split) {
+        assert!(
+            (a.loss - b.loss).abs() <= 1e-4 * a.loss.abs(),
+            "step {}: {} plain, {} split into {}",
+            a.step,
+            a.loss,
+            b.loss,
+            b.micro_batches
+        );
+    }
+}

@@ -179,6 +179,8 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                 .filter(|recipe| recipe.view_of.is_none() && storage.op.facts().replayable)
                 .map(|_| cost),
             owner,
+            cost,
+            forward: storage.role() == Role::Activation,
         };
         let created = state.budget.on_create(made, state.scopes.opened_at());
         let ordinal = created.ordinal;
@@ -329,7 +331,9 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                             self.core.info.is_dead(),
                             self.core.info.is_checkpoint()
                         );
-                        state.budget.count_recompute(self.core.info.bytes);
+                        state
+                            .budget
+                            .count_recompute(self.core.info.bytes, self.core.info.cost);
                         Arc::new(state.charge_as(&tensor, self.core.info.op, self.core.role()))
                     }
                 };

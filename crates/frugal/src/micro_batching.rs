@@ -1,0 +1,395 @@
+//! How many micro-batches a step is split into under a budget, chosen from what the steps
+//! that ran cost.
+//!
+//! A budget keeps live bytes under it by dropping tensors and recomputing them when read.
+//! While it recomputes less than the forward pass's work (checkpointing, as the step plan's
+//! segments do, recomputes each forward op at most once), that is cheap. When a step is so far
+//! over the budget that the kept tensors themselves do not fit, it recomputes the same ops
+//! again and again, and splitting the batch into micro-batches (which recompute nothing, and
+//! whose gradients [`GradientAccumulation`](crate::GradientAccumulation) sums into the whole
+//! batch's) is faster. [`MicroBatching`] reads both figures off the budget's counters
+//! ([`RematStats::recomputed_cost`] against [`RematStats::forward_cost`]) after each step,
+//! splits further while a step recomputes more than its forward pass, and goes back to the
+//! split before if a split step, once compiled, turns out slower.
+
+use std::time::Duration;
+
+use burn_backend::DeviceOps;
+
+use crate::accumulate::{AccumulationError, micro_batch_size};
+use crate::engine::RematStats;
+use crate::memory;
+
+/// A step recomputing more than this many times its forward pass's work is split further:
+/// checkpointing recomputes each forward op at most once.
+pub const RECOMPUTE_RATIO_LIMIT: f64 = 1.0;
+
+/// The same limit for the first step at a micro-batch count: it runs before the budget's
+/// step plan is learned (eviction then ranks tensors by how long they went unread, and
+/// recomputes more than the plan will), so only a step far over it splits at once.
+pub const FIRST_STEP_RECOMPUTE_RATIO_LIMIT: f64 = 3.0;
+
+/// Steps after the first at a new split before its time is compared with the split before.
+const STEADY_STEPS: u32 = 2;
+
+/// Why [`MicroBatching`] changed the split.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MicroBatchReason {
+    /// The step recomputed `ratio` times its forward pass's work under the budget.
+    Recomputing {
+        /// Recomputed work over the forward pass's work (the cost model's estimates).
+        ratio: f64,
+    },
+    /// The split step took `split` against `before` for the split it replaced: back to that
+    /// one, for good.
+    Slower {
+        /// The split step's time (its fastest after the first, which compiled).
+        split: Duration,
+        /// The time of the split before (its fastest step).
+        before: Duration,
+    },
+}
+
+/// A change of the split, for the next step on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MicroBatchChange {
+    /// Micro-batches of the step that just ran.
+    pub from: usize,
+    /// Micro-batches from the next step on.
+    pub to: usize,
+    /// Items in the whole batch.
+    pub batch: usize,
+    /// Why.
+    pub reason: MicroBatchReason,
+}
+
+impl std::fmt::Display for MicroBatchChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (from, to) = (self.batch / self.from, self.batch / self.to);
+        match self.reason {
+            MicroBatchReason::Recomputing { ratio } => write!(
+                f,
+                "the budget recomputed {ratio:.1}x the forward pass's work: splitting the batch \
+                 of {} into {} micro-batches of {to} (was {} of {from})",
+                self.batch, self.to, self.from
+            ),
+            MicroBatchReason::Slower { split, before } => write!(
+                f,
+                "{} micro-batches of {from} took {:.1} ms a step against {:.1} ms for {} of \
+                 {to}: back to {} of {to}",
+                self.from,
+                split.as_secs_f64() * 1e3,
+                before.as_secs_f64() * 1e3,
+                self.to,
+                self.to
+            ),
+        }
+    }
+}
+
+/// Steps seen at one micro-batch count.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Seen {
+    micro_batches: usize,
+    steps: u32,
+    /// The fastest step after the first (which compiles the new shapes' kernels).
+    steady: Option<Duration>,
+    /// The first step's time, the only one there may be.
+    first: Option<Duration>,
+}
+
+impl Seen {
+    /// The best time known: a steady one, else the first.
+    fn best(&self) -> Option<Duration> {
+        self.steady.or(self.first)
+    }
+}
+
+/// Chooses the micro-batch count of a training loop's steps under a budget (see the module
+/// doc). Without a budget on the device it keeps the count it was given.
+///
+/// ```
+/// use std::time::Instant;
+/// use burn::backend::{Autodiff, NdArray};
+/// use frugal::{Frugal, MicroBatching};
+///
+/// type B = Autodiff<Frugal<NdArray>>;
+/// let device = Default::default();
+/// let mut split = MicroBatching::new(64, 1).unwrap();
+/// for _step in 0..3 {
+///     split.begin_step(&device);
+///     let started = Instant::now();
+///     // ... run the step as `split.micro_batches()` micro-batches of 64 / that many ...
+///     if let Some(change) = split.end_step(&device, started.elapsed()) {
+///         println!("{change}");
+///     }
+/// }
+/// # let _ = std::marker::PhantomData::<B>;
+/// ```
+#[derive(Clone, Debug)]
+pub struct MicroBatching {
+    batch: usize,
+    micro_batches: usize,
+    start: Option<RematStats>,
+    seen: Vec<Seen>,
+    /// The split the current one replaced, if this planner chose it.
+    split_from: Option<usize>,
+    settled: bool,
+}
+
+impl MicroBatching {
+    /// A planner for steps of `batch` items, starting at `micro_batches` (which must divide
+    /// it).
+    pub fn new(batch: usize, micro_batches: usize) -> Result<Self, AccumulationError> {
+        micro_batch_size(batch, micro_batches)?;
+        Ok(Self {
+            batch,
+            micro_batches,
+            start: None,
+            seen: Vec::new(),
+            split_from: None,
+            settled: false,
+        })
+    }
+
+    /// Micro-batches to run the next step as.
+    pub fn micro_batches(&self) -> usize {
+        self.micro_batches
+    }
+
+    /// Whether the split is decided for good (a split turned out slower than the one before).
+    pub fn is_settled(&self) -> bool {
+        self.settled
+    }
+
+    /// Sets the split from outside (an out-of-memory retry chose it); the planner goes on from
+    /// there, never back above it.
+    pub fn set_micro_batches(&mut self, micro_batches: usize) -> Result<(), AccumulationError> {
+        micro_batch_size(self.batch, micro_batches)?;
+        self.micro_batches = micro_batches;
+        self.split_from = None;
+        self.start = None;
+        Ok(())
+    }
+
+    /// Call as a step begins: reads the budget's counters.
+    pub fn begin_step<D: DeviceOps + 'static>(&mut self, device: &D) {
+        self.start = Some(memory::remat_stats(device));
+    }
+
+    /// Call when the step that [`Self::begin_step`] began is done, with its wall time; returns
+    /// the change of split for the next step, if any.
+    pub fn end_step<D: DeviceOps + 'static>(
+        &mut self,
+        device: &D,
+        elapsed: Duration,
+    ) -> Option<MicroBatchChange> {
+        let start = self.start.take()?;
+        let step = memory::remat_stats(device).since(&start);
+        let budgeted = memory::budget(device).is_some();
+        self.decide(&step, elapsed, budgeted)
+    }
+
+    /// [`Self::end_step`] on the step's counters.
+    fn decide(
+        &mut self,
+        step: &RematStats,
+        elapsed: Duration,
+        budgeted: bool,
+    ) -> Option<MicroBatchChange> {
+        let seen = self.note(elapsed);
+        if !budgeted || self.settled {
+            return None;
+        }
+        let ratio = recompute_ratio(step);
+        let limit = match seen.steps {
+            1 => FIRST_STEP_RECOMPUTE_RATIO_LIMIT,
+            _ => RECOMPUTE_RATIO_LIMIT,
+        };
+        if ratio > limit
+            && let Some(next) = self.next_split()
+        {
+            return Some(self.change(next, MicroBatchReason::Recomputing { ratio }));
+        }
+        // Keeping this split: compare it with the one it replaced, once, when it has run
+        // [`STEADY_STEPS`] steps after the one that compiled (the budget's plan for the new
+        // step is learned by then).
+        let before = self.split_from?;
+        let split = seen.steady.filter(|_| seen.steps > STEADY_STEPS)?;
+        self.split_from = None;
+        let before_time = self.seen_at(before).best()?;
+        (split > before_time).then(|| {
+            self.change(
+                before,
+                MicroBatchReason::Slower {
+                    split,
+                    before: before_time,
+                },
+            )
+        })
+    }
+
+    /// Counts a step at the current split; returns what is now known of that split.
+    fn note(&mut self, elapsed: Duration) -> Seen {
+        let micro_batches = self.micro_batches;
+        let at = match self
+            .seen
+            .iter()
+            .position(|s| s.micro_batches == micro_batches)
+        {
+            Some(at) => at,
+            None => {
+                self.seen.push(Seen {
+                    micro_batches,
+                    ..Seen::default()
+                });
+                self.seen.len() - 1
+            }
+        };
+        let seen = &mut self.seen[at];
+        seen.steps += 1;
+        match seen.steps {
+            1 => seen.first = Some(elapsed),
+            _ => seen.steady = Some(seen.steady.map_or(elapsed, |s| s.min(elapsed))),
+        }
+        *seen
+    }
+
+    fn seen_at(&self, micro_batches: usize) -> Seen {
+        self.seen
+            .iter()
+            .find(|s| s.micro_batches == micro_batches)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// The next count that divides the batch, at least twice the current one.
+    fn next_split(&self) -> Option<usize> {
+        (self.micro_batches * 2..=self.batch).find(|n| self.batch.is_multiple_of(*n))
+    }
+
+    fn change(&mut self, to: usize, reason: MicroBatchReason) -> MicroBatchChange {
+        let from = self.micro_batches;
+        match reason {
+            MicroBatchReason::Recomputing { .. } => self.split_from = Some(from),
+            MicroBatchReason::Slower { .. } => {
+                self.split_from = None;
+                self.settled = true;
+            }
+        }
+        self.micro_batches = to;
+        MicroBatchChange {
+            from,
+            to,
+            batch: self.batch,
+            reason,
+        }
+    }
+}
+
+/// A step's recomputed work over its forward pass's (the whole step's third when the loop
+/// does not mark its phases); 0 for a step that made nothing.
+pub fn recompute_ratio(step: &RematStats) -> f64 {
+    let forward = match step.forward_cost {
+        0 => step.made_cost / 3,
+        forward => forward,
+    };
+    if forward == 0 {
+        return 0.0;
+    }
+    step.recomputed_cost as f64 / forward as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(forward: u64, recomputed: u64) -> RematStats {
+        RematStats {
+            made_cost: 3 * forward,
+            forward_cost: forward,
+            recomputed_cost: recomputed,
+            ..RematStats::default()
+        }
+    }
+
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn splits_while_a_step_recomputes_more_than_its_forward_pass() {
+        let mut split = MicroBatching::new(64, 1).unwrap();
+        // The first step is judged against the higher limit: 2.5x stays, 3.5x splits.
+        assert_eq!(split.decide(&step(100, 250), ms(9000), true), None);
+        let change = split.decide(&step(100, 150), ms(5000), true).unwrap();
+        assert_eq!((change.from, change.to, change.batch), (1, 2, 64));
+        assert_eq!(
+            change.reason,
+            MicroBatchReason::Recomputing { ratio: 1.5 },
+            "{change}"
+        );
+        let change = split.decide(&step(100, 350), ms(8000), true).unwrap();
+        assert_eq!((change.from, change.to), (2, 4));
+        assert_eq!(split.micro_batches(), 4);
+        // Four fit: the first step compiles, the next two are the split's steady steps,
+        // faster than any step at 2, so it stays.
+        assert_eq!(split.decide(&step(100, 0), ms(6000), true), None);
+        assert_eq!(split.decide(&step(100, 0), ms(2000), true), None);
+        assert_eq!(split.decide(&step(100, 0), ms(2000), true), None);
+        assert!(!split.is_settled());
+        // A later step that recomputes again (the budget's plan, learned in the split's third
+        // step, cut it worse) splits further.
+        let change = split.decide(&step(100, 400), ms(5000), true).unwrap();
+        assert_eq!((change.from, change.to), (4, 8));
+    }
+
+    #[test]
+    fn goes_back_when_the_split_step_is_slower() {
+        let mut split = MicroBatching::new(8, 1).unwrap();
+        assert_eq!(split.decide(&step(100, 50), ms(900), true), None);
+        let change = split.decide(&step(100, 120), ms(100), true).unwrap();
+        assert_eq!(change.to, 2);
+        assert_eq!(split.decide(&step(100, 0), ms(400), true), None);
+        assert_eq!(split.decide(&step(100, 0), ms(150), true), None);
+        let change = split.decide(&step(100, 0), ms(130), true).unwrap();
+        assert_eq!((change.from, change.to), (2, 1));
+        assert_eq!(
+            change.reason,
+            MicroBatchReason::Slower {
+                split: ms(130),
+                before: ms(100)
+            }
+        );
+        assert!(change.to_string().contains("back to 1 of 8"), "{change}");
+        assert!(split.is_settled());
+        assert_eq!(split.decide(&step(100, 500), ms(100), true), None);
+        assert_eq!(split.micro_batches(), 1);
+    }
+
+    #[test]
+    fn keeps_its_split_without_a_budget_or_a_smaller_micro_batch() {
+        let mut split = MicroBatching::new(6, 1).unwrap();
+        assert_eq!(split.decide(&step(100, 900), ms(10), false), None);
+        assert_eq!(split.micro_batches(), 1);
+        // 6 splits into 2, 3 (not twice 2) skipped, then 6; never past one item each.
+        let mut split = MicroBatching::new(6, 2).unwrap();
+        split.decide(&step(100, 900), ms(10), true).unwrap();
+        assert_eq!(split.micro_batches(), 6);
+        assert_eq!(split.decide(&step(100, 900), ms(10), true), None);
+        assert_eq!(split.micro_batches(), 6);
+        assert!(MicroBatching::new(6, 4).is_err());
+        assert!(split.set_micro_batches(5).is_err());
+    }
+
+    #[test]
+    fn the_ratio_falls_back_to_a_third_of_the_step_without_phases() {
+        let unmarked = RematStats {
+            made_cost: 300,
+            recomputed_cost: 150,
+            ..RematStats::default()
+        };
+        assert_eq!(recompute_ratio(&unmarked), 1.5);
+        assert_eq!(recompute_ratio(&RematStats::default()), 0.0);
+    }
+}
