@@ -94,7 +94,9 @@ pub fn mark<D: DeviceOps + 'static>(device: &D, label: &str) {
 /// step and `Phase::Outside` until the next forward pass; burn-train's `Learner` does this
 /// through [`crate::train::RoleTracking`].
 pub fn set_phase<D: DeviceOps + 'static>(device: &D, phase: Phase) {
-    DeviceState::of_device(device).ledger.set_phase(phase)
+    let state = DeviceState::of_device(device);
+    state.ledger.set_phase(phase);
+    state.budget.set_forward_phase(phase == Phase::Forward);
 }
 
 /// Live bytes of `device` per role now (see [`set_phase`]).
@@ -208,6 +210,20 @@ pub const RESERVE_HEADROOM: f64 = 0.125;
 /// frugal-cuda device (elsewhere it does nothing).
 pub fn set_growth_limit<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) -> bool {
     runtime::set_growth_limit(device, bytes)
+}
+
+/// Makes a backward pass on `device` that recomputes more than `ratio` times its forward
+/// pass's work (the cost model's estimates, [`RematStats::recomputed_cost`] against
+/// [`RematStats::forward_cost`]) to keep the budget fail at once, as out of memory: a panic
+/// whose message names the memory budget. For a loop that retries such a step with smaller
+/// micro-batches (the `gpt` example does, and [`crate::MicroBatching`] follows), this ends in
+/// seconds a step that would otherwise recompute the same ops for minutes. Passes are told
+/// apart by the phases ([`set_phase`]): a forward op after other ops begins one. `None` (the
+/// default): never.
+pub fn set_recompute_limit<D: DeviceOps + 'static>(device: &D, ratio: Option<f64>) {
+    DeviceState::of_device(device)
+        .budget
+        .set_recompute_limit(ratio);
 }
 
 /// Limits the host memory that the budget's offloads on `device` may hold to `bytes` (`None`:

@@ -32,6 +32,12 @@ pub const FIRST_STEP_RECOMPUTE_RATIO_LIMIT: f64 = 3.0;
 /// Steps after the first at a new split before its time is compared with the split before.
 const STEADY_STEPS: u32 = 2;
 
+/// A loop that retries a step with smaller micro-batches may make a backward pass that
+/// recomputes more than this many times its forward pass's work fail at once
+/// ([`crate::memory::set_recompute_limit`]): such a step would take minutes, and the split
+/// after it is decided already.
+pub const PASS_RECOMPUTE_RATIO_LIMIT: f64 = FIRST_STEP_RECOMPUTE_RATIO_LIMIT;
+
 /// Why [`MicroBatching`] changed the split.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MicroBatchReason {

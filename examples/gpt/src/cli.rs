@@ -688,6 +688,14 @@ impl TrainArgs {
             no_plan: false,
             no_segments: !self.cuts_segments(),
             growth_limit: self.growth_limit,
+            fail_past_recompute_limit: self.splits_batch() && self.recovers(),
         }
+    }
+
+    /// Whether the run's micro-batch split follows the budget's recomputation
+    /// ([`frugal::MicroBatching`]): under a budget, without `--fit` (whose probes chose the
+    /// split) or `--keep-micro-batch`.
+    pub fn splits_batch(&self) -> bool {
+        self.budget.is_some() && !self.fit && !self.keep_micro_batch
     }
 }

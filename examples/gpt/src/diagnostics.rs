@@ -164,13 +164,22 @@ pub fn out_of_memory_line(
     limit: &Option<String>,
     next: &str,
     micro_batches: usize,
+    reason: &str,
 ) -> String {
     let limit = limit
         .as_ref()
         .map(|limit| format!(" ({limit})"))
         .unwrap_or_default();
+    // The budget's recompute limit (`frugal::memory::set_recompute_limit`) says how far over.
+    let what = match reason.find(" recomputed ") {
+        Some(at) if reason.contains("the forward pass's work in one pass") => {
+            let ratio = reason[at..].split_whitespace().nth(1).unwrap_or("");
+            format!("the budget recomputed {ratio} the forward pass's work")
+        }
+        _ => "out of memory".to_string(),
+    };
     format!(
-        "step {step}: out of memory at micro-batch {rows}{limit}: {next} micro-batch {} × \
+        "step {step}: {what} at micro-batch {rows}{limit}: {next} micro-batch {} × \
          {micro_batches}",
         rows / 2
     )

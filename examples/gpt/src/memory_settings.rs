@@ -38,6 +38,11 @@ pub struct MemorySettings {
     /// On frugal-cuda: the reserved bytes beyond which its allocator reuses cached memory
     /// first (`None`: what the budget sets, [`frugal::memory::set_growth_limit`]).
     pub growth_limit: Option<u64>,
+    /// Under a budget, a backward pass that recomputes more than
+    /// [`frugal::PASS_RECOMPUTE_RATIO_LIMIT`] times its forward pass's work fails as out of
+    /// memory ([`frugal::memory::set_recompute_limit`]), for the loop to retry the step with
+    /// smaller micro-batches.
+    pub fail_past_recompute_limit: bool,
 }
 
 /// A setting the device refused: its backend cannot compute in or store the asked type.
@@ -104,6 +109,9 @@ impl MemorySettings {
         if self.growth_limit.is_some() {
             memory::set_growth_limit(device, self.growth_limit);
         }
+        let recompute_limit = (self.budget.is_some() && self.fail_past_recompute_limit)
+            .then_some(frugal::PASS_RECOMPUTE_RATIO_LIMIT);
+        memory::set_recompute_limit(device, recompute_limit);
         let applied = Applied(device.clone());
         frugal::set_autocast::<B>(device, self.autocast_policy())
             .map_err(SettingsError::Autocast)?;
@@ -120,6 +128,7 @@ pub struct Applied<D: DeviceOps + 'static>(D);
 impl<D: DeviceOps + 'static> Drop for Applied<D> {
     fn drop(&mut self) {
         memory::set_budget(&self.0, None);
+        memory::set_recompute_limit(&self.0, None);
         memory::set_policy(&self.0, Policy::default());
         frugal::precision::clear(&self.0);
     }
@@ -146,6 +155,7 @@ mod tests {
             recast: true,
             storage: Some(LowPrecision::F16),
             growth_limit: Some(4 << 20),
+            fail_past_recompute_limit: true,
         };
         let applied = settings.apply::<Flex>(&device).unwrap();
         assert_eq!(memory::budget(&device), Some(3 << 20));

@@ -279,7 +279,7 @@ pub fn train_observed<B: Backend>(
     let mut micro_batches = args.accumulate;
     // Under a budget (and not --fit, whose probes chose the split), the split follows what
     // the steps cost.
-    let mut split = match args.budget.is_some() && !args.fit && !args.keep_micro_batch {
+    let mut split = match args.splits_batch() {
         true => Some(
             MicroBatching::new(args.batch(), micro_batches)
                 .map_err(|e| format!("--accumulate {micro_batches}: {e}"))?,
@@ -396,7 +396,8 @@ pub fn train_observed<B: Backend>(
                                         rows,
                                         &limit,
                                         "retrying the step with",
-                                        more
+                                        more,
+                                        &reason
                                     )
                                 )
                             });
@@ -421,6 +422,7 @@ pub fn train_observed<B: Backend>(
                                 &limit,
                                 "restarting in a new process with",
                                 more,
+                                &reason,
                             );
                             return Err(format!("{line}\n{from}"));
                         }

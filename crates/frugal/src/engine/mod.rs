@@ -259,6 +259,10 @@ pub(crate) struct Budget {
     /// read without the plan's lock; 0 for none.
     next_made: AtomicU64,
     counters: Counters,
+    /// See [`Budget::set_recompute_limit`] (f64 bits; 0: none).
+    recompute_limit_bits: AtomicU64,
+    /// The pass being watched against the recompute limit.
+    pass: PassWatch,
 }
 
 impl Default for Budget {
@@ -281,6 +285,8 @@ impl Default for Budget {
             plan: Mutex::new(StepPlan::default()),
             next_made: AtomicU64::new(0),
             counters: Counters::default(),
+            recompute_limit_bits: AtomicU64::new(0),
+            pass: PassWatch::default(),
         }
     }
 }
@@ -423,6 +429,7 @@ impl Budget {
                 self.counters.add(Counter::forward_cost, cost as u64);
             }
         }
+        self.watch_recomputation();
         let ordinal = plan.on_create(token, op, bytes, live, recompute, owner);
         let segments = scope_opened_at
             .is_none_or(|at| before.period > 0 && ordinal >= at.saturating_add(2 * before.period));
@@ -557,6 +564,59 @@ impl Budget {
         self.counters.add(Counter::evicted_bytes, bytes);
     }
 
+    /// Makes a pass that recomputes more than `ratio` times the work of the forward pass
+    /// before it fail (see [`crate::memory::set_recompute_limit`]); `None`: never.
+    pub(crate) fn set_recompute_limit(&self, ratio: Option<f64>) {
+        let bits = ratio.filter(|r| *r > 0.0).map_or(0, f64::to_bits);
+        self.recompute_limit_bits.store(bits, Relaxed);
+    }
+
+    /// Notes the program's phase (see [`crate::memory::set_phase`]): entering the forward
+    /// pass begins a pass for [`Self::set_recompute_limit`].
+    pub(crate) fn set_forward_phase(&self, forward: bool) {
+        let pass = &self.pass;
+        if forward && !pass.in_forward.swap(true, Relaxed) {
+            let forward_work = self.counters.get(Counter::forward_cost);
+            pass.forward_base.store(forward_work, Relaxed);
+            let recomputed = self.counters.get(Counter::recomputed_cost);
+            pass.recomputed_base.store(recomputed, Relaxed);
+        } else if !forward {
+            pass.in_forward.store(false, Relaxed);
+        }
+    }
+
+    /// Under a recompute limit, before the plan sees a new tensor (no cell is locked here):
+    /// outside the forward pass, checks the pass's recomputation against its forward work,
+    /// and panics past the limit.
+    fn watch_recomputation(&self) {
+        let bits = self.recompute_limit_bits.load(Relaxed);
+        let pass = &self.pass;
+        if bits == 0 || pass.in_forward.load(Relaxed) {
+            return;
+        }
+        let forward_work = self
+            .counters
+            .get(Counter::forward_cost)
+            .saturating_sub(pass.forward_base.load(Relaxed));
+        let recomputed = self
+            .counters
+            .get(Counter::recomputed_cost)
+            .saturating_sub(pass.recomputed_base.load(Relaxed));
+        let limit = f64::from_bits(bits);
+        if forward_work == 0 || recomputed as f64 <= limit * forward_work as f64 {
+            return;
+        }
+        // Once per pass: the loop's retry starts a new one.
+        pass.recomputed_base.store(u64::MAX, Relaxed);
+        let budget = self.limit().map_or("none".into(), crate::units::format_bytes);
+        panic!(
+            "the memory budget of {budget} recomputed {:.1}x the forward pass's work in one \
+             pass (the limit set is {limit}x): the tensors it keeps do not fit; a smaller \
+             micro-batch does",
+            recomputed as f64 / forward_work as f64
+        );
+    }
+
     /// A tensor of `bytes` recomputed, by an op that costs `cost`.
     pub(crate) fn count_recompute(&self, bytes: u64, cost: f64) {
         self.counters.add(Counter::recomputes, 1);
@@ -598,6 +658,14 @@ impl Budget {
         self.counters.sub(Counter::host_bytes, bytes);
         self.host_share.sub(bytes);
     }
+}
+
+/// Where the pass watched by [`Budget::set_recompute_limit`] began: the counters then.
+#[derive(Default)]
+struct PassWatch {
+    in_forward: AtomicBool,
+    forward_base: AtomicU64,
+    recomputed_base: AtomicU64,
 }
 
 /// Bits of [`Budget::next_made`] that hold the bytes; the op's index is above them.

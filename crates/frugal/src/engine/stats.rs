@@ -167,6 +167,12 @@ impl Counters {
         self.0[counter as usize].fetch_max(value, Relaxed);
     }
 
+    /// `counter` as it is now.
+    #[inline]
+    pub(crate) fn get(&self, counter: Counter) -> u64 {
+        self.0[counter as usize].load(Relaxed)
+    }
+
     /// The counters as they are now.
     pub(crate) fn read(&self) -> RematStats {
         RematStats::read(&self.0)

@@ -21,6 +21,7 @@ mod linear_cross_entropy;
 mod memory_viz;
 mod out_of_memory;
 mod planned_budget;
+mod recompute_limit;
 mod roles;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

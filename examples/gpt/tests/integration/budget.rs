@@ -38,9 +38,9 @@ fn the_default_model_under_six_mib_stays_within_the_budget_in_every_step() {
 
 /// `gpt --steps 8 --budget 4MiB`: the budget alone recomputes more than the forward pass's work
 /// at the whole batch of 16, so the batch is split (2 micro-batches, then 4 once the plan
-/// learned for 2 recomputes more again) until the steps recompute little; the losses stay
-/// those of the plain run up to f32 summation order. `--keep-micro-batch` keeps the batch
-/// whole.
+/// learned for 2 recomputes past the limit within a pass) until the steps recompute little;
+/// the losses stay those of the plain run up to f32 summation order. `--keep-micro-batch`
+/// keeps the batch whole.
 #[test]
 fn a_budget_that_recomputes_more_than_the_forward_pass_splits_the_batch() {
     let _serial = crate::serial();
@@ -72,12 +72,10 @@ fn a_budget_that_recomputes_more_than_the_forward_pass_splits_the_batch() {
         "the batch kept whole recomputes more than its forward pass: {:?}",
         kept.iter().map(ratio).collect::<Vec<_>>()
     );
-    // Each change follows a step over the limit, and only grows the split.
+    // The split only grows: after a step over the limit, or within a step whose backward
+    // pass passed the recompute limit (retried from its start with smaller micro-batches).
     for pair in split.windows(2) {
-        if pair[1].micro_batches != pair[0].micro_batches {
-            assert!(pair[1].micro_batches > pair[0].micro_batches);
-            assert!(ratio(&pair[0]) > frugal::RECOMPUTE_RATIO_LIMIT);
-        }
+        assert!(pair[1].micro_batches >= pair[0].micro_batches, "{split:?}");
     }
     let last = split.last().unwrap();
     assert!(last.micro_batches >= 2, "never split: {split:?}");

@@ -235,6 +235,7 @@ fn an_out_of_memory_restart_is_one_line_naming_the_step_and_both_micro_batches()
         &memory_limit(&reason, None, Some(&gpu)),
         "restarting with",
         2,
+        &reason,
     );
     assert_eq!(
         line,
@@ -249,11 +250,30 @@ fn an_out_of_memory_restart_is_one_line_naming_the_step_and_both_micro_batches()
         &memory_limit(budget, Some(256 << 10), Some(&gpu)),
         "retrying the step with",
         4,
+        budget,
     );
     assert_eq!(
         line,
         "step 3: out of memory at micro-batch 8 (budget 256.00 KiB): retrying the step with \
          micro-batch 4 × 4"
+    );
+    // The budget's recompute limit: the line says how far over.
+    let thrash = "the memory budget of 60.73 GiB recomputed 5.2x the forward pass's work in one \
+                  pass (the limit set is 3x): the tensors it keeps do not fit; a smaller \
+                  micro-batch does";
+    assert!(is_out_of_memory(thrash));
+    let line = out_of_memory_line(
+        0,
+        64,
+        &memory_limit(thrash, Some(65_209_892_864), Some(&gpu)),
+        "retrying the step with",
+        2,
+        thrash,
+    );
+    assert_eq!(
+        line,
+        "step 0: the budget recomputed 5.2x the forward pass's work at micro-batch 64 (budget \
+         60.73 GiB): retrying the step with micro-batch 32 × 2"
     );
     let capped = memory::DeviceMemory {
         cap: Some(2 * gib),
@@ -265,6 +285,7 @@ fn an_out_of_memory_restart_is_one_line_naming_the_step_and_both_micro_batches()
         &memory_limit(&reason, None, Some(&capped)),
         "restarting from the checkpoint of step 5 with",
         8,
+        &reason,
     );
     assert!(
         line.contains("(GPU 79.60 GiB, capped at 2.00 GiB)"),
@@ -273,7 +294,14 @@ fn an_out_of_memory_restart_is_one_line_naming_the_step_and_both_micro_batches()
     assert_eq!(line.lines().count(), 1, "{line}");
     assert!(!line.contains("Caused by"), "{line}");
     // No memory known (the CPU without a budget): the line goes without it.
-    let line = out_of_memory_line(1, 4, &memory_limit(&reason, None, None), "retrying with", 4);
+    let line = out_of_memory_line(
+        1,
+        4,
+        &memory_limit(&reason, None, None),
+        "retrying with",
+        4,
+        &reason,
+    );
     assert_eq!(
         line,
         "step 1: out of memory at micro-batch 4: retrying with micro-batch 2 × 4"
