@@ -2,8 +2,9 @@
 # The micro-batch split under --budget auto at 1.2 B parameters (issue 53, goal 1): gpt with
 # the split chosen from the budget's costs (RUNS has `split`), the same with
 # --keep-micro-batch (`keep`), and --fit's probes (`fit`); each in its own process with its
-# own limit; PyTorch beside unless SKIP_TORCH. CAP (default 79GiB) caps frugal-cuda's pool
-# as an 80 GB GPU would. Everything lands in $OUT/split-$TAG.tgz.
+# own limit (`acc2`, `acc4`: --accumulate 2 or 4 under the budget, kept); PyTorch beside
+# unless SKIP_TORCH. CAP (default 79GiB) caps frugal-cuda's pool
+# as an 80 GB GPU would (CAP=none: the whole GPU). Everything lands in $OUT/split-$TAG.tgz.
 set -u
 cd "$(dirname "$0")"
 . ./lib.sh
@@ -18,10 +19,13 @@ fi
 # `ref-keep`.
 for run in ${RUNS:-split}; do
   model="--model 1b"; cap="--memory-cap ${CAP:-79GiB}"
+  [ "${CAP:-}" = none ] && cap=""
   case $run in
     split) flags="--budget auto" ;;
     keep) flags="--budget auto --keep-micro-batch" ;;
     fit) flags="--budget auto --fit" ;;
+    acc2) flags="--budget auto --accumulate 2 --keep-micro-batch" ;;
+    acc4) flags="--budget auto --accumulate 4 --keep-micro-batch" ;;
     ref) model="--model reference"; cap=""; flags="--budget 2024091649" ;;
     ref-keep) model="--model reference"; cap=""; flags="--budget 2024091649 --keep-micro-batch" ;;
   esac
