@@ -608,7 +608,9 @@ impl Budget {
         }
         // Once per pass: the loop's retry starts a new one.
         pass.recomputed_base.store(u64::MAX, Relaxed);
-        let budget = self.limit().map_or("none".into(), crate::units::format_bytes);
+        let budget = self
+            .limit()
+            .map_or("none".into(), crate::units::format_bytes);
         panic!(
             "the memory budget of {budget} recomputed {:.1}x the forward pass's work in one \
              pass (the limit set is {limit}x): the tensors it keeps do not fit; a smaller \

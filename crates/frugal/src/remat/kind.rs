@@ -105,28 +105,46 @@ impl<B: Backend> HostBatchOf<B> {
     }
 }
 
+impl<B: Backend> Drop for HostBatchOf<B> {
+    /// A batch dropped unread (a panic while it was being filled) puts its cells back.
+    fn drop(&mut self) {
+        for (cell, _) in self.pending.drain(..) {
+            cell.abort_offload();
+        }
+    }
+}
+
 impl<B: Backend + 'static> HostBatch for HostBatchOf<B> {
     fn as_any(&mut self) -> &mut dyn Any {
         self
     }
 
-    fn finish(self: Box<Self>) -> usize {
-        let this = *self;
-        let count = this.pending.len();
+    fn finish(mut self: Box<Self>) -> usize {
+        let pending = std::mem::take(&mut self.pending);
+        let count = pending.len();
         if count == 0 {
             return 0;
         }
-        let data =
-            burn_std::future::block_on(B::tr_execute(this.transaction)).unwrap_or_else(|err| {
+        let empty = TransactionPrimitive::new(Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let transaction = std::mem::replace(&mut self.transaction, empty);
+        let data = match burn_std::future::block_on(B::tr_execute(transaction)) {
+            Ok(data) => data,
+            Err(err) => {
+                // The cells keep their tensors: a step that retries after this panic (an
+                // out-of-memory reported at this read) reads them again.
+                for (cell, _) in &pending {
+                    cell.abort_offload();
+                }
                 panic!("frugal: offloading tensors to host memory failed: {err:?}")
-            });
+            }
+        };
         let mut lists = [
             data.read_floats.into_iter().map(Some).collect::<Vec<_>>(),
             data.read_ints.into_iter().map(Some).collect(),
             data.read_bools.into_iter().map(Some).collect(),
             data.read_qfloats.into_iter().map(Some).collect(),
         ];
-        for (cell, slot) in this.pending {
+        for (cell, slot) in pending {
             let (list, index) = match slot {
                 ReadSlot::Float(i) => (0, i),
                 ReadSlot::Int(i) => (1, i),

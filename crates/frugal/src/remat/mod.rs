@@ -69,6 +69,8 @@ pub(crate) trait CellDyn: Evictable {
     fn restore_one(&self);
     /// Stores the host copy read by the batch.
     fn finish_offload(&self, data: TensorData);
+    /// The batch's read failed: back to resident (or compressed), charged again.
+    fn abort_offload(&self);
     fn depth(&self) -> u32;
     fn shape_ref(&self) -> &Shape;
     fn add_dependent(&self);

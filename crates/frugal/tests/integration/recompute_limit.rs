@@ -60,7 +60,10 @@ fn a_pass_past_the_recompute_limit_fails_as_out_of_memory_and_the_device_goes_on
     let failed = catch_quietly(|| pass(&weights, rows), || ()).unwrap_err();
     let message = failed.message();
     assert!(message.contains("memory budget"), "{message}");
-    assert!(message.contains("x the forward pass's work in one pass"), "{message}");
+    assert!(
+        message.contains("x the forward pass's work in one pass"),
+        "{message}"
+    );
     memory::set_phase(&DEVICE, Phase::Outside);
 
     // Above it, and without one, the pass runs, and the budget still holds.

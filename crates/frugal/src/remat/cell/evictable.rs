@@ -30,12 +30,14 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         if Arc::strong_count(storage) != 1 {
             return None;
         }
+        let compressed = matches!(slot.state, State::Compressed(..));
         let (State::Resident(tensor, storage) | State::Compressed(tensor, storage)) =
-            std::mem::replace(&mut slot.state, State::Offloading)
+            std::mem::replace(&mut slot.state, State::Gone)
         else {
             unreachable!("checked above")
         };
         drop(storage);
+        slot.state = State::Offloading(tensor.clone(), compressed);
         Some(K::push_read(tensor, transaction))
     }
 }

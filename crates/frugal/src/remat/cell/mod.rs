@@ -21,7 +21,10 @@ enum State<P> {
     Resident(P, Arc<Storage>),
     Evicted,
     Offloaded(TensorData),
-    Offloading,
+    /// Being read to host memory by a batch: the tensor is kept (it is the buffer the read
+    /// needs anyway) so that a read that fails puts the cell back as it was, compressed or
+    /// not, instead of losing its data.
+    Offloading(P, bool),
     Compressed(P, Arc<Storage>),
     Gone,
 }
@@ -32,7 +35,7 @@ impl<P> State<P> {
             State::Resident(..) => Status::Resident,
             State::Evicted => Status::Evicted,
             State::Offloaded(_) => Status::Offloaded,
-            State::Offloading => Status::Offloading,
+            State::Offloading(..) => Status::Offloading,
             State::Compressed(..) => Status::Compressed,
             State::Gone => Status::Gone,
         }
@@ -368,13 +371,33 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                 state.budget.count_decompress();
                 slot.state = State::Resident(tensor, storage);
             }
-            State::Offloading => unreachable!("waited for above"),
+            State::Offloading(..) => unreachable!("waited for above"),
             State::Gone => panic!(
                 "frugal: internal error: a {} tensor ({} bytes) was read after it was freed",
                 self.core.info.op.name(),
                 self.core.info.bytes
             ),
         }
+    }
+
+    fn abort_offload(&self) {
+        let mut slot = self.lock();
+        if !matches!(slot.state, State::Offloading(..)) {
+            return;
+        }
+        let State::Offloading(tensor, compressed) = std::mem::replace(&mut slot.state, State::Gone)
+        else {
+            unreachable!("checked above")
+        };
+        let storage = Arc::new(self.core.state.charge_as(
+            &tensor,
+            self.core.info.op,
+            self.core.role(),
+        ));
+        slot.state = match compressed {
+            true => State::Compressed(tensor, storage),
+            false => State::Resident(tensor, storage),
+        };
     }
 
     fn finish_offload(&self, data: TensorData) {
@@ -505,7 +528,7 @@ impl<B: Backend, K: Kind<B>> Drop for Cell<B, K> {
                 }
             }
             State::Offloaded(data) => self.core.state.budget.host_release(data.bytes.len() as u64),
-            State::Resident(..) | State::Offloading | State::Compressed(..) | State::Gone => {}
+            State::Resident(..) | State::Offloading(..) | State::Compressed(..) | State::Gone => {}
         }
     }
 }

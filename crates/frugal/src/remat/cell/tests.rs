@@ -66,6 +66,30 @@ fn an_offloaded_cell_comes_back_from_host_memory() {
     assert_eq!(cell.status(), Status::Resident);
 }
 
+/// A batch that never reads (a panic while it fills, or a read that fails: an out-of-memory
+/// reported at that read) puts its cells back, charged again, so a retried step can read them;
+/// they used to stay offloading, and a read waited for them forever.
+#[test]
+fn an_offload_that_never_reads_leaves_the_cell_resident_and_charged() {
+    let (cell, expected) = exp_cell();
+    let mut batch = cell.host_batch();
+    assert!(cell.clone().offload_into(&mut *batch));
+    assert_eq!(cell.status(), Status::Offloading);
+    assert!(cell.resident_storage().is_none());
+    drop(batch);
+    assert_eq!(cell.status(), Status::Resident);
+    assert_eq!(cell.resident_storage().map(|s| s.bytes), Some(12));
+    assert_eq!(values(cell.get()), expected);
+    // The failed read's path: the batch puts its cells back before it panics (and its drop
+    // then finds nothing offloading).
+    let mut batch = cell.host_batch();
+    assert!(cell.clone().offload_into(&mut *batch));
+    cell.abort_offload();
+    drop(batch);
+    assert_eq!(cell.status(), Status::Resident);
+    assert_eq!(values(cell.get()), expected);
+}
+
 #[test]
 fn a_pinned_cell_is_neither_evicted_nor_offloaded() {
     let (cell, _) = exp_cell();
