@@ -164,7 +164,7 @@ impl DeviceState {
 
     /// Opens a checkpoint scope.
     pub(crate) fn open_scope(&self) -> OpenScope {
-        let scope = self.scopes.open(self.budget.next_ordinal());
+        let scope = self.scopes.open(self.budget.next_ordinal(), &self.budget);
         self.update_managing();
         scope
     }

@@ -7,6 +7,7 @@
 //! [`Evictable`], the small trait `crate::remat`'s cells implement (as cubecl-runtime's
 //! memory management sees its pools through one trait), so it is tested here on a mock.
 
+mod cuts;
 mod host_share;
 mod plan;
 mod policy;
@@ -20,6 +21,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::op::OpId;
 use crate::units::LowPrecision;
 
+use cuts::SegmentCuts;
 use host_share::{HostShare, PROCESS_HOST_SHARE};
 pub(crate) use plan::{SegmentEvent, StepPlan};
 pub(crate) use policy::Candidate;
@@ -67,8 +69,6 @@ pub(crate) struct Made {
 pub(crate) struct Created {
     /// Its position among the managed tensors the program created.
     pub(crate) ordinal: u64,
-    /// What its creation means for the forward pass's segments.
-    pub(crate) segment: Option<SegmentEvent>,
     /// With forward segments on, the same tensor one step earlier outlived its step: a
     /// parameter or optimizer state.
     pub(crate) outlives_step: bool,
@@ -259,6 +259,10 @@ pub(crate) struct Budget {
     /// read without the plan's lock; 0 for none.
     next_made: AtomicU64,
     counters: Counters,
+    /// The plan's cuts carried out, and the segment new tensors are made in.
+    cuts: SegmentCuts,
+    /// The next checkpoint scope id, segments' and the program's own scopes' alike.
+    next_scope_id: AtomicU64,
     /// See [`Budget::set_recompute_limit`] (f64 bits; 0: none).
     recompute_limit_bits: AtomicU64,
     /// The pass being watched against the recompute limit.
@@ -285,6 +289,8 @@ impl Default for Budget {
             plan: Mutex::new(StepPlan::default()),
             next_made: AtomicU64::new(0),
             counters: Counters::default(),
+            cuts: SegmentCuts::default(),
+            next_scope_id: AtomicU64::new(1),
             recompute_limit_bits: AtomicU64::new(0),
             pass: PassWatch::default(),
         }
@@ -404,12 +410,19 @@ impl Budget {
         self.clock.fetch_add(1, Relaxed)
     }
 
-    /// Notes a new managed tensor, `made`; returns its ordinal for [`CellInfo::ordinal`] and
-    /// what it means for the forward pass's segments (see [`StepPlan::segment_event`]).
-    /// `scope_opened_at`: the ordinal at which the program last opened a checkpoint scope of
-    /// its own, if ever; the forward pass is cut into segments only after two learned steps
-    /// without one (the program chose what to recompute).
-    pub(crate) fn on_create(&self, made: Made, scope_opened_at: Option<u64>) -> Created {
+    /// Notes a new managed tensor, `made`, and carries out what it means for the forward
+    /// pass's segments (see [`StepPlan::segment_event`] and [`SegmentCuts::apply`]) unless
+    /// `in_program_scope` (a checkpoint scope of the program's own is open); returns its
+    /// ordinal for [`CellInfo::ordinal`]. `scope_opened_at`: the ordinal at which the program
+    /// last opened a checkpoint scope of its own, if ever; the forward pass is cut into
+    /// segments only after two learned steps without one (the program chose what to
+    /// recompute).
+    pub(crate) fn on_create(
+        &self,
+        made: Made,
+        scope_opened_at: Option<u64>,
+        in_program_scope: bool,
+    ) -> Created {
         let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
         let before = plan.figures();
         let Made {
@@ -471,9 +484,13 @@ impl Budget {
         {
             self.park(park);
         }
+        if let Some(event) = segment
+            && !in_program_scope
+        {
+            self.cuts.apply(event, self);
+        }
         Created {
             ordinal,
-            segment,
             outlives_step,
             chosen,
             under_selection,
@@ -562,6 +579,34 @@ impl Budget {
     pub(crate) fn count_eviction(&self, bytes: u64) {
         self.counters.add(Counter::evictions, 1);
         self.counters.add(Counter::evicted_bytes, bytes);
+    }
+
+    /// A new checkpoint scope id, larger than every one before (segments' and the program's
+    /// own scopes' alike).
+    pub(crate) fn new_scope_id(&self) -> u64 {
+        self.next_scope_id.fetch_add(1, Relaxed)
+    }
+
+    /// The forward pass's open segment's scope id (0: none).
+    #[inline]
+    pub(crate) fn segment_scope(&self) -> u64 {
+        self.cuts.segment()
+    }
+
+    /// Ends the forward pass's open segment, if any: the program opened a scope of its own.
+    pub(crate) fn end_segment(&self) {
+        self.cuts.end_segment();
+    }
+
+    /// Notes a tensor a selection drops at a later cut (see [`SegmentCuts::hold_chosen`]).
+    pub(crate) fn hold_chosen(&self, ordinal: u64, cell: Weak<dyn Evictable>) {
+        self.cuts.hold_chosen(ordinal, cell);
+    }
+
+    /// The tensors evicted with the one keyed `owner` at a selection's cut (see
+    /// [`SegmentCuts::take_group`]).
+    pub(crate) fn take_group(&self, owner: u64) -> Vec<Weak<dyn Evictable>> {
+        self.cuts.take_group(owner)
     }
 
     /// Makes a pass that recomputes more than `ratio` times the work of the forward pass

@@ -185,7 +185,10 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             cost,
             forward: storage.role() == Role::Activation,
         };
-        let created = state.budget.on_create(made, state.scopes.opened_at());
+        let created =
+            state
+                .budget
+                .on_create(made, state.scopes.opened_at(), state.scopes.any_open());
         let ordinal = created.ordinal;
         let owner = owner.unwrap_or_else(|| {
             storage.plan_owner.store(ordinal, Relaxed);
@@ -194,10 +197,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         // A parameter or optimizer state would be recomputed from the previous step's, which
         // its recipe would keep on the device beside it: such tensors are only offloaded.
         let recipe = recipe.filter(|_| !created.outlives_step);
-        if let Some(event) = created.segment {
-            state.scopes.on_segment_event(event, &state.budget);
-        }
-        let scope = state.scopes.current();
+        let scope = state.scopes.current(&state.budget);
         // Outside any scope, an op that reads a checkpoint scope's tensors (a gradient reading
         // the activations the backward pass restored) gets no recipe, as it would have without
         // a budget: the scope decides what is recomputed. Its recipe would hold the scope's
@@ -256,7 +256,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             .budget
             .register(Arc::downgrade(&cell) as std::sync::Weak<dyn Evictable>);
         if let Some(chosen) = created.chosen {
-            state.scopes.hold_chosen(
+            state.budget.hold_chosen(
                 chosen,
                 Arc::downgrade(&cell) as std::sync::Weak<dyn Evictable>,
             );

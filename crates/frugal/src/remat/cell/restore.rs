@@ -136,7 +136,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             .filter(|core| core.chosen)
             .map(|core| core.info.owner);
         for owner in chosen {
-            for sibling in self.core.state.scopes.take_group(owner) {
+            for sibling in self.core.state.budget.take_group(owner) {
                 if let Some(sibling) = sibling.upgrade() {
                     sibling.restore();
                 }
