@@ -63,7 +63,7 @@ pub use fit::{
 };
 pub use micro_batching::{
     FIRST_STEP_RECOMPUTE_RATIO_LIMIT, MicroBatchChange, MicroBatchReason, MicroBatching,
-    PASS_RECOMPUTE_RATIO_LIMIT, RECOMPUTE_RATIO_LIMIT, recompute_ratio,
+    PASS_RECOMPUTE_RATIO_LIMIT, RECOMPUTE_RATIO_LIMIT,
 };
 pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
 pub use runtime::{AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView};

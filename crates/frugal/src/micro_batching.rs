@@ -8,7 +8,7 @@
 //! again and again, and splitting the batch into micro-batches (which recompute nothing, and
 //! whose gradients [`GradientAccumulation`](crate::GradientAccumulation) sums into the whole
 //! batch's) is faster. [`MicroBatching`] reads both figures off the budget's counters
-//! ([`RematStats::recomputed_cost`] against [`RematStats::forward_cost`]) after each step,
+//! ([`RematStats::recompute_ratio`]) after each step,
 //! splits further while a step recomputes more than its forward pass, and goes back to the
 //! split before if a split step, once compiled, turns out slower.
 
@@ -207,7 +207,7 @@ impl MicroBatching {
         if !budgeted || self.settled {
             return None;
         }
-        let ratio = recompute_ratio(step);
+        let ratio = step.recompute_ratio();
         let limit = match seen.steps {
             1 => FIRST_STEP_RECOMPUTE_RATIO_LIMIT,
             _ => RECOMPUTE_RATIO_LIMIT,
@@ -291,19 +291,6 @@ impl MicroBatching {
             reason,
         }
     }
-}
-
-/// A step's recomputed work over its forward pass's (the whole step's third when the loop
-/// does not mark its phases); 0 for a step that made nothing.
-pub fn recompute_ratio(step: &RematStats) -> f64 {
-    let forward = match step.forward_cost {
-        0 => step.made_cost / 3,
-        forward => forward,
-    };
-    if forward == 0 {
-        return 0.0;
-    }
-    step.recomputed_cost as f64 / forward as f64
 }
 
 #[cfg(test)]
@@ -395,7 +382,7 @@ mod tests {
             recomputed_cost: 150,
             ..RematStats::default()
         };
-        assert_eq!(recompute_ratio(&unmarked), 1.5);
-        assert_eq!(recompute_ratio(&RematStats::default()), 0.0);
+        assert_eq!(unmarked.recompute_ratio(), 1.5);
+        assert_eq!(RematStats::default().recompute_ratio(), 0.0);
     }
 }

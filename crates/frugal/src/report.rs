@@ -171,11 +171,17 @@ impl fmt::Display for MemoryReport {
                     remat.compressed_bytes,
                 ),
             ] {
+                // The recomputed work beside what the forward pass made (see
+                // `RematStats::recompute_ratio`).
+                let ratio = remat.recompute_ratio();
+                let note = match label == "  recomputed" && ratio > 0.0 {
+                    true => format!("{ratio:.2}x fwd"),
+                    false => String::new(),
+                };
                 writeln!(
                     f,
-                    "| {label:<26}|{count:>15} |{:>15} |{:>13} |",
+                    "| {label:<26}|{count:>15} |{:>15} |{note:>13} |",
                     format_bytes(bytes),
-                    ""
                 )?;
             }
             writeln!(

@@ -34,6 +34,21 @@ macro_rules! remat_stats {
                 }
             }
 
+            /// Recomputed work over the forward pass's work (the cost model's estimates;
+            /// the whole work's third when the program does not mark its phases, see
+            /// [`crate::memory::set_phase`]); 0 when nothing was made. Above 1, eviction
+            /// recomputes more than checkpointing ever does (each forward op at most once).
+            pub fn recompute_ratio(&self) -> f64 {
+                let forward = match self.forward_cost {
+                    0 => self.made_cost / 3,
+                    forward => forward,
+                };
+                if forward == 0 {
+                    return 0.0;
+                }
+                self.recomputed_cost as f64 / forward as f64
+            }
+
             fn read(counters: &[AtomicU64; COUNTERS]) -> Self {
                 RematStats {
                     $($name: counters[Counter::$name as usize].load(Relaxed),)*

@@ -8,7 +8,7 @@ use burn::backend::ndarray::{NdArray, NdArrayDevice};
 use burn::tensor::activation::gelu;
 use burn::tensor::{Distribution, Tensor};
 use frugal::memory::{self, Phase};
-use frugal::{Frugal, Policy, RematStats, catch_quietly, recompute_ratio};
+use frugal::{Frugal, Policy, RematStats, catch_quietly};
 
 type B = Autodiff<Frugal<NdArray>>;
 const DEVICE: NdArrayDevice = NdArrayDevice::Cpu;
@@ -52,7 +52,7 @@ fn a_pass_past_the_recompute_limit_fails_as_out_of_memory_and_the_device_goes_on
     assert!(free.forward_cost > 0, "{free:?}");
     assert!(free.made_cost > free.forward_cost, "{free:?}");
     assert!(free.recomputed_cost > 0, "{free:?}");
-    let ratio = recompute_ratio(&free);
+    let ratio = free.recompute_ratio();
     assert!(ratio > 0.0);
 
     // Past a limit below that ratio the backward pass fails, naming the budget.

@@ -63,7 +63,7 @@ fn a_budget_that_recomputes_more_than_the_forward_pass_splits_the_batch() {
     let split = run("split", &["--budget", "4MiB"]);
     let kept = run("kept", &["--budget", "4MiB", "--keep-micro-batch"]);
     let _ = std::fs::remove_dir_all(&root);
-    let ratio = |step: &gpt::run::StepLog| frugal::recompute_ratio(&step.remat.unwrap());
+    let ratio = |step: &gpt::run::StepLog| step.remat.unwrap().recompute_ratio();
     assert!(kept.iter().all(|step| step.micro_batches == 1));
     assert!(
         kept[2..]
