@@ -24,7 +24,7 @@ use crate::units::format_bytes;
 pub enum FitPolicy {
     /// Nothing: every activation is kept for the backward pass.
     Plain,
-    /// The model's blocks in checkpoint scopes ([`crate::checkpoint`]): their activations are
+    /// The model's blocks in checkpoint scopes ([`crate::checkpoint()`]): their activations are
     /// recomputed in the backward pass. The probe applies them; Frugal cannot.
     Scopes,
     /// A budget at or just under the limit: it evicts what does not fit (recompute or

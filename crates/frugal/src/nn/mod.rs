@@ -2,8 +2,8 @@
 //! that stores no `seq × seq` tensor for the backward pass ([`attention`], and
 //! [`attention_packed`] over one projection's packed q, k and v) and a drop-in for
 //! burn-nn's `MultiHeadAttention` built on it ([`MultiHeadAttention`]); layer norm as one
-//! autodiff node ([`layer_norm`], [`LayerNorm`]); a vocabulary head and its cross-entropy that
-//! never hold the whole logits ([`linear_cross_entropy`]). Owns the public functions and
+//! autodiff node ([`layer_norm()`], [`LayerNorm`]); a vocabulary head and its cross-entropy that
+//! never hold the whole logits ([`linear_cross_entropy()`]). Owns the public functions and
 //! modules; the implementations are registered by `Frugal<B>` in `crate::ops::attention`,
 //! `crate::ops::layer_norm` and `crate::ops::linear_cross_entropy`, which it imports with
 //! `crate::ops::registry`'s boxing helpers and nothing else of the crate.

@@ -2,8 +2,8 @@
 //! the one place that lists them, for the code that finds a CubeCL primitive or device behind
 //! a generic type, and the device pool's own figures.
 //!
-//! Owns: the runtime list ([`each_runtime!`]), [`pool_usage`], [`device_memory`] (the
-//! driver's free and total bytes, for an automatic budget), [`allocator_view`] (frugal-cuda's
+//! Owns: the runtime list ([`each_runtime!`]), [`pool_usage`], [`device_memory()`] (the
+//! driver's free and total bytes, for an automatic budget), [`allocator_view()`] (frugal-cuda's
 //! segments, blocks and allocator trace, for the memory_viz file), the host's available
 //! memory ([`available_host_memory`], which bounds offloads), and frugal-cuda's out-of-memory
 //! handler and growth limit as the budget sets them (`oom_rescue.rs`, `growth_limit.rs`). Imports nothing from the

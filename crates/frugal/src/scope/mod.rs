@@ -1,5 +1,5 @@
 //! Layer 3, checkpoint scopes: which of the program's own scopes new tensors belong to, and
-//! what closing one evicts. The public entry, [`crate::checkpoint`], sits in the API layer;
+//! what closing one evicts. The public entry, [`crate::checkpoint()`], sits in the API layer;
 //! the segments the step plan cuts the forward pass into are the engine's
 //! ([`crate::engine`]'s `cuts.rs`), and share the scope ids handed out there.
 //!

@@ -132,7 +132,7 @@ macro_rules! wrap_managed {
 }
 pub(crate) use wrap_managed;
 
-/// The argument as a recipe passes it again, from what [`managed_arg!`] kept (`$c` is a
+/// The argument as a recipe passes it again, from what `managed_arg!` kept (`$c` is a
 /// reference to it).
 macro_rules! replay {
     (F, $c:ident) => {

@@ -79,7 +79,7 @@ pub(crate) struct CellCore {
     /// tensors the program holds.
     dead_chain: AtomicU32,
     /// Made in a forward pass under a selection: dropped, it keeps no recipe unless chosen
-    /// ([`SELECTION_DEAD_CHAIN`](dropped::SELECTION_DEAD_CHAIN)); the selection recomputes only from tensors the program
+    /// (`SELECTION_DEAD_CHAIN` in `dropped.rs`); the selection recomputes only from tensors the program
     /// holds, and longer histories keep dropped tensors on the device.
     under_selection: bool,
     /// A selection drops it (or the buffer it is a view of) at a later cut.
