@@ -140,7 +140,7 @@ fn adamw_kernel(
     );
 }
 
-/// [`adamw_kernel`] on vectors of `N` values, for the decays without a per-value test (none,
+/// [`adamw_kernel()`] on vectors of `N` values, for the decays without a per-value test (none,
 /// plain): the same operations in the same order, four to sixteen bytes per load.
 // burn-optim's operations, operands in its order (not `x op= y`).
 #[allow(clippy::assign_op_pattern)]

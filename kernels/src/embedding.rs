@@ -66,7 +66,7 @@ fn embedding_grad_kernel<F: Float, I: Int>(
     }
 }
 
-/// As [`embedding_grad_kernel`], for devices without an f32 atomic add: a compare-and-swap
+/// As [`embedding_grad_kernel()`], for devices without an f32 atomic add: a compare-and-swap
 /// loop on the value's bits.
 #[cube(launch_unchecked)]
 fn embedding_grad_cas_kernel<F: Float, I: Int>(

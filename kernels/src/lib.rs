@@ -6,7 +6,7 @@
 //! check their inputs (dtype support on the runtime, buffer sizes, lengths, scale values) and
 //! return a [`KernelError`] instead of panicking.
 //!
-//! - [`cast`] and the named casts ([`cast_f32_to_f16`], [`cast_f16_to_f32`],
+//! - [`cast()`] and the named casts ([`cast_f32_to_f16`], [`cast_f16_to_f32`],
 //!   [`cast_f32_to_bf16`], [`cast_bf16_to_f32`]): round to nearest even, the same bits as
 //!   `half::f16::from_f32` / `half::bf16::from_f32` and as Burn's own cast.
 //! - [`cast_scaled`]: `out = cast(x * scale)`, the product taken in f32.
