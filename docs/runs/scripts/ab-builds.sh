@@ -6,8 +6,6 @@
 # time limit.
 set -u
 cd "$(dirname "$0")"
-# The "before" build read its selection ceiling from this variable; 0.05 is the current one.
-export FRUGAL_EXPERIMENT_OVERSHOOT=0.05
 . ./lib.sh
 unxz_bins peak-memory peak-memory-before
 R=/tmp/lk; rm -rf $R; mkdir -p $R
