@@ -27,48 +27,47 @@
 mod autocast; // 2: autocast's policy and per-device table
 mod backend; // 7: the backend type
 mod catch; // 0: catching a step's panic quietly
+mod checkpoint; // 9: checkpoint scopes, the public entry
 mod device; // 4: the per-device state
-mod engine; // 2: the eviction engine behind `Evictable`
+mod engine; // 2: the eviction engine behind `Evictable`, the step plan and its cuts
 pub mod kernels; // 3: Frugal's kernels in place of the inner backend's ops
 mod ledger; // 1: counting and the timeline
-mod op; // 0: op ids, the op facts table, the cost model
-pub mod ops;
-mod remat; // 5: managed cells
-mod runtime; // 2: the CubeCL runtimes this build knows, pool figures
-mod scope; // 3: checkpoint scope state
-mod tensor; // 6: the tensor primitive
-mod units; // 0: byte sizes, tensor bytes, the 16-bit types // 8: every Backend op, forwarded
-// 9: the public API
-mod accumulate;
-mod checkpoint;
-mod fit;
-pub mod memory;
+pub mod memory; // 10: the public memory API
 mod memory_viz; // 10: PyTorch's memory_viz file of a snapshot
-mod micro_batching; // 11: the micro-batch count chosen from the budget's costs
-pub mod nn; // 9: attention without s² storage, a MultiHeadAttention drop-in
-pub mod optim; // 10: the 8-bit AdamW
-pub mod precision;
-mod report;
-mod scaler;
-#[cfg(feature = "train")]
-pub mod train; // 11: burn-train metrics of the memory figures
+pub mod nn; // 9: attention without s² storage, a MultiHeadAttention drop-in, layer norm
+mod op; // 0: op ids, the op facts table, the cost model
+pub mod ops; // 8: every Backend op, forwarded
+pub mod precision; // 9: autocast switches
+mod remat; // 5: managed cells
+mod report; // 9: memory reports
+mod runtime; // 2: the CubeCL runtimes this build knows, pool figures
+mod scope; // 3: the program's own checkpoint scopes
+mod tensor; // 6: the tensor primitive
+mod training; // 10–11: the training add-ons (accumulation, AdamW, loss scaling, fit, split)
+mod units; // 0: byte sizes, tensor bytes, the 16-bit types
 
-pub use accumulate::{AccumulationError, GradientAccumulation, micro_batch_size};
+pub use training::optim;
+#[cfg(feature = "train")]
+pub use training::train;
+
 pub use backend::Frugal;
 pub use catch::{CaughtPanic, catch_quietly, panic_message};
 pub use checkpoint::{ScopeOutput, checkpoint};
 pub use engine::{Action, EvictionMode, Policy, RematStats};
-pub use fit::{
+pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
+pub use runtime::{AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView};
+pub use tensor::FrugalTensor;
+pub use training::accumulate::{AccumulationError, GradientAccumulation, micro_batch_size};
+pub use training::fit::{
     AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitProbe, FitRow,
 };
-pub use micro_batching::{
+pub use training::micro_batching::{
     FIRST_STEP_RECOMPUTE_RATIO_LIMIT, MicroBatchChange, MicroBatchReason, MicroBatching,
     PASS_RECOMPUTE_RATIO_LIMIT, RECOMPUTE_RATIO_LIMIT,
 };
-pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
-pub use runtime::{AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView};
-pub use scaler::{GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep};
-pub use tensor::FrugalTensor;
+pub use training::scaler::{
+    GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep,
+};
 pub use units::{ParseBytesError, format_bytes, parse_bytes};
 
 // The README's Rust examples, compiled and run as doc tests so that they stay true.

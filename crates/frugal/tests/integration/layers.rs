@@ -28,11 +28,27 @@ fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
-/// The top-level module a source file belongs to (`src/remat/cell.rs` -> `remat`).
+/// A folder that groups modules of their own layers (the training add-ons): a file in it is
+/// the module it names (`src/training/scaler/mod.rs` -> `scaler`), and `crate::training::x`
+/// refers to `x`.
+const GROUPS: &[&str] = &["training"];
+
+/// The module a source file belongs to (`src/remat/cell.rs` -> `remat`; in a group, the
+/// group's member).
 fn module_of(relative: &Path) -> String {
-    let first = relative.components().next().expect("a file under src");
-    let name = first.as_os_str().to_string_lossy();
-    name.strip_suffix(".rs").unwrap_or(&name).to_string()
+    let mut names = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
+    let first = names.next().expect("a file under src");
+    let name = match GROUPS.contains(&first.as_str()) {
+        true => names.next().unwrap_or(first),
+        false => first,
+    };
+    // The group's own `mod.rs` declares its members: it is the crate root's, in effect.
+    match name.as_str() {
+        "mod.rs" => "lib".to_string(),
+        _ => name.strip_suffix(".rs").unwrap_or(&name).to_string(),
+    }
 }
 
 /// Every `crate::name` referred to in `source`, outside comments, with its line number.
@@ -45,7 +61,16 @@ fn references(source: &str) -> Vec<(usize, String)> {
         };
         let mut rest = code;
         while let Some(at) = rest.find("crate::") {
-            let after = &rest[at + "crate::".len()..];
+            let mut after = &rest[at + "crate::".len()..];
+            // `crate::training::scaler` refers to `scaler`.
+            for group in GROUPS {
+                if let Some(member) = after
+                    .strip_prefix(group)
+                    .and_then(|tail| tail.strip_prefix("::"))
+                {
+                    after = member;
+                }
+            }
             let name: String = after
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -154,6 +179,22 @@ fn the_check_finds_an_upward_import_and_a_sibling_import() {
         violations(&planted(
             "remat/cell.rs",
             "// see crate::ops\nuse crate::op::OpId;"
+        ))
+        .is_empty()
+    );
+    // In the training group each file is the module it names.
+    assert_eq!(
+        violations(&planted(
+            "training/scaler/mod.rs",
+            "use crate::training::fit::AutoFit;"
+        ))
+        .len(),
+        1
+    );
+    assert!(
+        violations(&planted(
+            "training/fit.rs",
+            "use crate::training::scaler::GradScaler;\nuse crate::memory;"
         ))
         .is_empty()
     );

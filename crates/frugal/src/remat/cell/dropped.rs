@@ -85,8 +85,9 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         let Some(depth) = self.keeps_recipe_when_dead(&slot, max_depth) else {
             return;
         };
-        slot.mark_evicted(depth);
-        self.core.state.budget.count_eviction(self.core.info.bytes);
+        if slot.mark_evicted(depth) {
+            self.core.state.budget.count_eviction(self.core.info.bytes);
+        }
     }
 
     /// Frees the data of a dead cell nobody evicted depends on; keeps its recipe if it can
@@ -110,10 +111,8 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             Status::Resident => {
                 let max_depth = self.core.state.budget.max_depth();
                 match self.keeps_recipe_when_dead(&slot, max_depth) {
-                    Some(depth) => {
-                        slot.mark_evicted(depth);
-                    }
-                    None => {
+                    Some(depth) if slot.mark_evicted(depth) => {}
+                    _ => {
                         slot.state = State::Gone;
                         let recipe = slot.recipe.take();
                         drop(slot);

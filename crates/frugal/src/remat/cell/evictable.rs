@@ -121,7 +121,9 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
         let Some(depth) = self.recompute_depth(&slot, max_depth) else {
             return false;
         };
-        slot.mark_evicted(depth);
+        if !slot.mark_evicted(depth) {
+            return false;
+        }
         self.core.state.budget.count_eviction(self.core.info.bytes);
         true
     }

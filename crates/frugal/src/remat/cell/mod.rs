@@ -51,18 +51,32 @@ struct Slot<P> {
 
 impl<P> Slot<P> {
     /// Resident (or compressed) to evicted: the data is dropped, and each recipe input counts
-    /// this cell as a dependent until it is restored, so it stays restorable.
-    fn mark_evicted(&mut self, depth: u32) {
-        self.depth = depth;
-        self.state = State::Evicted;
-        for input in &self
+    /// this cell as a dependent until it is restored, so it stays restorable. Returns false,
+    /// leaving the state as it was, when an input was consumed since it was checked (another
+    /// thread's op took its data) or is in use: counted first and then looked at, an input
+    /// consumed from now on sees this dependent and keeps its data.
+    #[must_use]
+    fn mark_evicted(&mut self, depth: u32) -> bool {
+        let inputs = &self
             .recipe
             .as_ref()
             .expect("an evicted cell has a recipe")
-            .inputs
-        {
+            .inputs;
+        for input in inputs {
             input.add_dependent();
         }
+        if inputs
+            .iter()
+            .any(|input| matches!(input.try_status(), None | Some(Status::Gone)))
+        {
+            for input in inputs {
+                input.remove_dependent();
+            }
+            return false;
+        }
+        self.depth = depth;
+        self.state = State::Evicted;
+        true
     }
 }
 
@@ -488,11 +502,8 @@ impl<B: Backend, K: Kind<B>> CellOf<K::Prim> for Cell<B, K> {
             unreachable!("restored above")
         };
         let recipe = match self.keeps_recipe_when_dead(&slot, max_depth) {
-            Some(depth) => {
-                slot.mark_evicted(depth);
-                None
-            }
-            None => slot.recipe.take(),
+            Some(depth) if slot.mark_evicted(depth) => None,
+            _ => slot.recipe.take(),
         };
         drop(slot);
         drop(recipe);

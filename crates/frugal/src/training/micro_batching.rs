@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use burn_backend::DeviceOps;
 
-use crate::accumulate::{AccumulationError, micro_batch_size};
 use crate::engine::RematStats;
 use crate::memory;
+use crate::training::accumulate::{AccumulationError, micro_batch_size};
 
 /// A step recomputing more than this many times its forward pass's work is split further:
 /// checkpointing recomputes each forward op at most once.
