@@ -96,3 +96,54 @@ fn a_budget_that_recomputes_more_than_the_forward_pass_splits_the_batch() {
         );
     }
 }
+
+/// `gpt --steps 6 --accumulate 2 --budget 6MiB --keep-micro-batch`: a step of two
+/// micro-batches runs two forward passes, and once the plan has learned the step it cuts each
+/// of them alike (taken as one pass from the step's start to its peak, the first micro-batch's
+/// forward and backward passes and the second's forward pass leave it no place to cut, and
+/// the budget alone recomputes about 4x the forward work). The steps under the plan recompute
+/// at most half their forward passes' work, the losses are the plain accumulated run's, bit for
+/// bit, and the ledger stays within the budget.
+#[test]
+fn a_budget_cuts_every_micro_batchs_forward_pass() {
+    let _serial = crate::serial();
+    let root = std::env::temp_dir().join(format!("gpt-budget-accumulate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let run = |name: &str, extra: &[&str]| {
+        let out = root.join(name);
+        let mut argv = vec![
+            "gpt",
+            "--steps",
+            "6",
+            "--accumulate",
+            "2",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        argv.extend_from_slice(extra);
+        train::<NdArray>(&TrainArgs::parse_from(argv), Default::default()).unwrap()
+    };
+    let plain = run("plain", &[]);
+    let budgeted = run("budgeted", &["--budget", "6MiB", "--keep-micro-batch"]);
+    let _ = std::fs::remove_dir_all(&root);
+    let budget = 6u64 << 20;
+    for (a, b) in plain.iter().zip(&budgeted) {
+        assert_eq!(a.loss.to_bits(), b.loss.to_bits(), "step {}", a.step);
+        assert!(
+            b.peak_bytes <= budget,
+            "step {}: peak {} B",
+            b.step,
+            b.peak_bytes
+        );
+    }
+    let ratios: Vec<f64> = budgeted
+        .iter()
+        .map(|step| step.remat.unwrap().recompute_ratio())
+        .collect();
+    // Steps 0 to 2 run before the plan knows the step (the budget alone).
+    assert!(
+        ratios[3..].iter().all(|&ratio| ratio <= 0.5),
+        "recomputed / forward work by step: {ratios:?}"
+    );
+}

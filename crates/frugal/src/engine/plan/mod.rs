@@ -26,7 +26,10 @@
 //! simulating the recorded step under them (a closed segment's tensors are gone from its end
 //! until the backward pass first reads one of them, then all come back): the largest segments
 //! whose simulated peak fits. The ends of segments fall on the same tensors every step, so the
-//! same tensors are dropped and recomputed in the same order each time.
+//! same tensors are dropped and recomputed in the same order each time. A step that
+//! accumulates gradients over micro-batches runs one forward pass per micro-batch, each the
+//! same sequence of tensors: the cuts found on the first are made in every one (see
+//! [`forward_passes`](record::forward_passes)).
 //!
 //! Tensors that outlive the step (parameters, optimizer state) stay on the device unless
 //! neither a selection (see [`StepRecord::select`](record::StepRecord::select)) nor segments fit without moving some of
@@ -297,7 +300,7 @@ impl StepPlan {
         if self
             .segments
             .as_ref()
-            .is_some_and(|s| s.selective || s.position(ordinal) > s.end)
+            .is_some_and(|s| s.selective || s.in_pass(ordinal).1 > s.end)
         {
             self.count_pressure();
         }
@@ -347,7 +350,7 @@ impl StepPlan {
     pub(crate) fn chosen_key(&self, ordinal: u64, owner: Option<u64>) -> Option<u64> {
         let key = owner.unwrap_or(ordinal);
         let segments = self.segments.as_ref()?;
-        let since_start = segments.position(ordinal);
+        let since_start = segments.in_pass(ordinal).1;
         (ordinal - key <= since_start && self.is_chosen(key)).then_some(key)
     }
 
@@ -357,7 +360,7 @@ impl StepPlan {
         let Some(segments) = self.segments.as_ref().filter(|s| s.selective) else {
             return false;
         };
-        let position = segments.position(ordinal);
+        let position = segments.in_pass(ordinal).1;
         self.segment_open
             && position < segments.end
             && segments.last_read.get(position as usize) != Some(&u64::MAX)

@@ -1,6 +1,7 @@
 //! The recorded step: the last whole step's tensors seen from its forward pass's first tensor
 //! (bytes, reads, views, recomputation costs), what segments and selections are cut from and
-//! simulated on.
+//! simulated on, and the forward passes in it: one, or one per micro-batch when a step
+//! accumulates gradients over several.
 
 use super::StepPlan;
 
@@ -9,8 +10,14 @@ use super::StepPlan;
 pub(super) struct StepRecord {
     /// The step's length in tensors.
     pub(super) period: u64,
-    /// Position of the forward pass's end.
+    /// Length of each forward pass in tensors: a pass beginning at position `b` ends at
+    /// `b + end`.
     pub(super) end: u64,
+    /// Positions where the step's forward passes begin, ascending, the first 0: one per
+    /// micro-batch when the step accumulates gradients over several, each the same sequence
+    /// of tensors (see [`forward_passes`]). The cuts found on the first are made in every
+    /// one.
+    pub(super) passes: Vec<u64>,
     /// Live bytes on the device when the forward pass's first tensor was made.
     pub(super) base_live: u64,
     /// Live bytes on the device when the tensor at each position was made (to compare a
@@ -28,19 +35,28 @@ pub(super) struct StepRecord {
 }
 
 impl StepRecord {
+    /// Where the forward pass beginning at `pass` ends.
+    pub(super) fn pass_end(&self, pass: u64) -> u64 {
+        pass + self.end
+    }
+
+    /// The forward pass's reads of the tensor at `position` of the first forward pass,
+    /// ascending (every pass reads its own tensors at the same distances).
+    pub(super) fn forward_reads(&self, position: u64) -> impl Iterator<Item = u64> + '_ {
+        self.reads[position as usize]
+            .iter()
+            .copied()
+            .filter(|&r| r < self.end)
+    }
+
     /// For each position before the forward pass's end: where the forward pass last reads the
     /// tensor made there (0: never; `u64::MAX`: a checkpoint, read across one of `cuts` or by
     /// the op that makes the tensor at a cut, which begins the next segment and is recomputed
-    /// from it).
+    /// from it). Positions count from a forward pass's start, and hold for every pass.
     pub(super) fn last_reads(&self, cuts: &[u64]) -> Vec<u64> {
         (0..self.end)
             .map(|position| {
-                let last = self.reads[position as usize]
-                    .iter()
-                    .filter(|&&r| r < self.end)
-                    .max()
-                    .copied()
-                    .unwrap_or(0);
+                let last = self.forward_reads(position).max().unwrap_or(0);
                 match cuts.iter().find(|&&cut| cut > position) {
                     Some(&cut) if last >= cut => u64::MAX,
                     _ => last,
@@ -80,17 +96,18 @@ impl StepRecord {
     }
 
     /// Optimizer state the step makes for the next one, which the next step first reads after
-    /// its forward pass: (that read's position in the next step, position, bytes), read last
-    /// first. The step itself may read it (an optimizer reads the moments it just made).
+    /// its last forward pass: (that read's position in the next step, position, bytes), read
+    /// last first. The step itself may read it (an optimizer reads the moments it just made).
     pub(super) fn parkable(&self) -> Vec<(u64, u64, u64)> {
         let p = self.bytes.len() as u64;
+        let forward_end = self.pass_end(*self.passes.last().unwrap_or(&0));
         let mut parkable: Vec<_> = (0..p)
             .filter_map(|position| {
                 // Reads before the next step (the optimizer reading the moments it just made)
                 // come before the tensor is parked.
                 let reads = &self.reads[position as usize];
                 let first = *reads.iter().find(|&&read| read >= p)?;
-                (first >= p + self.end).then_some((
+                (first >= p + forward_end).then_some((
                     first - p,
                     position,
                     self.bytes[position as usize],
@@ -188,6 +205,17 @@ impl StepPlan {
         let base_live = self.live[index(anchor)];
         // The tensor made at the peak is the forward pass's last.
         let end = ((peak_at + p - start_at) % p) as u64 + 1;
+        let held_from_start = |position: u64| held[(start_at + position as usize) % p];
+        let token_from_start =
+            |position: u64| self.tokens[index(first + (start_at as u64 + position) % period)];
+        let (passes, end) = forward_passes(end, held_from_start, token_from_start);
+        if passes.len() > 1 {
+            log::debug!(
+                "frugal: step plan: the step runs {} forward passes of {end} tensors (one per \
+                 micro-batch), at positions {passes:?}",
+                passes.len()
+            );
+        }
         // Reads of the tensor at each position, as positions.
         let reads_at = |position: u64| {
             let ordinal = first + (start_at as u64 + position) % period;
@@ -201,6 +229,7 @@ impl StepPlan {
         let record = StepRecord {
             period,
             end,
+            passes,
             base_live,
             live: (0..period)
                 .map(|position| self.live[index(first + (start_at as u64 + position) % period)])
@@ -222,4 +251,69 @@ impl StepPlan {
         };
         Some((record, anchor))
     }
+}
+
+/// The forward passes of a step whose forward pass, seen from the step's lowest point, ends at
+/// `end` (the peak): its starts, ascending (the first 0), and their length. A step that
+/// accumulates gradients over micro-batches runs a forward and a backward pass per micro-batch,
+/// so the span up to the peak holds every earlier micro-batch's forward and backward passes
+/// and the last one's forward pass. Walking back from the peak, the last pass begins near the
+/// lowest point before `held` (the step's own bytes, by position) climbs again by half of the
+/// step's swing (the previous micro-batch's backward pass), where the step's first tokens
+/// (by position) begin again; the earlier passes are the places before it where the same
+/// sequence of tokens begins. If none does, the step has one forward pass: `([0], end)`.
+pub(super) fn forward_passes(
+    end: u64,
+    held: impl Fn(u64) -> i64,
+    token: impl Fn(u64) -> u64,
+) -> (Vec<u64>, u64) {
+    let single = (vec![0], end);
+    if end < 2 {
+        return single;
+    }
+    let top = held(end - 1);
+    let swing = top - (0..end).map(&held).min().unwrap_or(top);
+    let mut lowest = (end - 1, top);
+    let mut climbed = false;
+    for position in (0..end - 1).rev() {
+        let bytes = held(position);
+        if bytes < lowest.1 {
+            lowest = (position, bytes);
+        } else if 2 * (bytes - lowest.1) > swing {
+            climbed = true;
+            break;
+        }
+    }
+    if !climbed {
+        return single;
+    }
+    // The last pass begins near the lowest point (a tensor or two of the previous backward
+    // pass may come after it): where the step's first tokens begin again.
+    let trough = lowest.0 + 1;
+    let near = (end / 16).max(4);
+    let repeats_start = |from: u64| (0..end - from).all(|k| token(k) == token(from + k));
+    let Some(last) = (0..=near)
+        .flat_map(|d| [trough.checked_add(d), trough.checked_sub(d)])
+        .flatten()
+        .filter(|&from| from > 0 && from + 2 <= end)
+        .find(|&from| repeats_start(from))
+    else {
+        return single;
+    };
+    let length = end - last;
+    let mut passes = Vec::new();
+    let mut at = 0;
+    while at + length <= last {
+        if (0..length).all(|k| token(at + k) == token(last + k)) {
+            passes.push(at);
+            at += length;
+        } else {
+            at += 1;
+        }
+    }
+    if passes.first() != Some(&0) {
+        return single;
+    }
+    passes.push(last);
+    (passes, length)
 }

@@ -48,8 +48,12 @@ pub(super) struct Segments {
     pub(super) anchor: u64,
     /// Positions at which a segment begins, ascending; the first is 0.
     pub(super) cuts: Vec<u64>,
-    /// Position of the forward pass's end (the step's logical peak).
+    /// Length of each forward pass: a pass beginning at `b` ends at `b + end` (the last
+    /// pass's end is the step's logical peak).
     pub(super) end: u64,
+    /// Positions where the step's forward passes begin (one per micro-batch), ascending, the
+    /// first 0; the cuts, relative to a pass's start, are made in each.
+    pub(super) passes: Vec<u64>,
     /// For each position before `end`: where the forward pass last reads the tensor there
     /// (0: never; `u64::MAX`: a checkpoint, read across a cut); cuts before that keep it.
     pub(super) last_read: Arc<[u64]>,
@@ -71,6 +75,14 @@ pub(super) struct Segments {
 impl Segments {
     pub(super) fn position(&self, ordinal: u64) -> u64 {
         (ordinal % self.period + self.period - self.anchor % self.period) % self.period
+    }
+
+    /// The forward pass the tensor with `ordinal` is made in or after (its index), and the
+    /// tensor's position from that pass's start.
+    pub(super) fn in_pass(&self, ordinal: u64) -> (usize, u64) {
+        let position = self.position(ordinal);
+        let pass = self.passes.partition_point(|&start| start <= position) - 1;
+        (pass, position - self.passes[pass])
     }
 
     /// Ordinals of the tensors to park when the forward pass begins at `ordinal`.
@@ -104,7 +116,12 @@ impl StepPlan {
             self.segmented_step = false;
             return self.close_open_segment();
         };
-        let position = segments.position(ordinal);
+        let (pass, position) = segments.in_pass(ordinal);
+        if position == 0 && pass > 0 {
+            // A later micro-batch's forward pass: cut like the first, nothing parked again.
+            self.segment_open = true;
+            return Some(SegmentEvent::Open { park: Vec::new() });
+        }
         if position == 0 {
             if self.segmented_step && !self.settled {
                 self.adapt_segments(limit);
@@ -365,6 +382,7 @@ impl StepPlan {
                     anchor,
                     cuts: selection.cuts,
                     end,
+                    passes: record.passes.clone(),
                     last_read: selection.last_read.into(),
                     segment_bytes: 0,
                     estimated_peak: selection.peak,
@@ -414,6 +432,7 @@ impl StepPlan {
             anchor,
             cuts,
             end,
+            passes: record.passes.clone(),
             last_read: last_read.into(),
             segment_bytes,
             estimated_peak,

@@ -77,7 +77,9 @@ impl StepRecord {
         struct Candidate {
             position: usize,
             drop_at: u64,
-            back: u64,
+            /// For each forward pass: where the tensor is dropped and where the backward pass
+            /// first reads it, as positions in the step.
+            spans: Vec<(u64, u64)>,
         }
         let mut candidates: Vec<Candidate> = (0..end)
             .filter(|&i| self.cost_per_byte[i].is_finite() && self.bytes[i] >= min_bytes.max(1))
@@ -89,17 +91,29 @@ impl StepRecord {
                 if drop_at >= self.end {
                     return None;
                 }
-                let &back = self.reads[i].iter().find(|&&r| r > drop_at)?;
-                // An input the program drops before `back` stays for the recomputation, held
-                // by the dropped tensor's recipe: only a small one (a row's mean) is worth it.
-                inputs[i]
+                let spans = self
+                    .passes
                     .iter()
-                    .all(|&j| held_until(j) >= back || self.bytes[j] * 16 <= self.bytes[i])
-                    .then_some(Candidate {
-                        position: i,
-                        drop_at,
-                        back,
+                    .map(|&pass| {
+                        let (at, dropped) = (pass as usize + i, pass + drop_at);
+                        let &back = self.reads[at].iter().find(|&&r| r > dropped)?;
+                        // An input the program drops before `back` stays for the
+                        // recomputation, held by the dropped tensor's recipe: only a small one
+                        // (a row's mean) is worth it.
+                        inputs[i]
+                            .iter()
+                            .all(|&j| {
+                                let j = pass as usize + j;
+                                held_until(j) >= back || self.bytes[j] * 16 <= self.bytes[at]
+                            })
+                            .then_some((dropped, back))
                     })
+                    .collect::<Option<Vec<_>>>()?;
+                Some(Candidate {
+                    position: i,
+                    drop_at,
+                    spans,
+                })
             })
             .collect();
         candidates.sort_by(|a, b| {
@@ -139,8 +153,9 @@ impl StepRecord {
                 let i = c.position;
                 !chosen[i]
                     && !feeds[i]
-                    && (c.drop_at as usize) < at
-                    && at < c.back as usize
+                    && c.spans
+                        .iter()
+                        .any(|&(dropped, back)| (dropped as usize) < at && at < back as usize)
                     && inputs[i].iter().all(|&j| !chosen[j])
             });
             if peak <= target || (pick.is_none() && peak <= ceiling) {
@@ -181,13 +196,17 @@ impl StepRecord {
             for &j in &inputs[i] {
                 feeds[j] = true;
             }
-            for h in &mut held[pick.drop_at as usize + 1..(pick.back as usize).min(p)] {
-                *h -= self.bytes[i] as i64;
-            }
-            for &j in &inputs[i] {
-                let kept = held_until(j) as usize + 1..(pick.back as usize).min(p);
-                for h in held.get_mut(kept).into_iter().flatten() {
-                    *h += self.bytes[j] as i64;
+            for (&pass, &(dropped, back)) in self.passes.iter().zip(&pick.spans) {
+                let at = pass as usize + i;
+                for h in &mut held[dropped as usize + 1..(back as usize).min(p)] {
+                    *h -= self.bytes[at] as i64;
+                }
+                for &j in &inputs[i] {
+                    let j = pass as usize + j;
+                    let kept = held_until(j) as usize + 1..(back as usize).min(p);
+                    for h in held.get_mut(kept).into_iter().flatten() {
+                        *h += self.bytes[j] as i64;
+                    }
                 }
             }
             count += 1;

@@ -17,7 +17,8 @@ impl Parked {
 
 impl StepRecord {
     /// The step's live bytes at each position under `cuts` (`last_read` from
-    /// [`Self::last_reads`]), with `parked` bytes away from its start until their first read.
+    /// [`Self::last_reads`]) in each of its forward passes, with `parked` bytes away from its
+    /// start until their first read.
     ///
     /// A tensor the step makes and drops is held from its creation to its last read,
     /// inclusive: the op that reads it last holds it beside its output. A tensor outliving the
@@ -37,16 +38,39 @@ impl StepRecord {
     ) -> Vec<i64> {
         let p = self.bytes.len();
         let mut change = self.lifetimes(false);
+        for &pass in &self.passes {
+            self.simulate_pass(pass, cuts, last_read, &mut change);
+        }
+        let at_start = change[0];
+        let mut sum = 0i64;
+        let mut curve = Vec::with_capacity(p);
+        for (position, c) in change[..p].iter().enumerate() {
+            sum += c;
+            let away = match (position as u64) < parked.until {
+                true => parked.bytes as i64,
+                false => 0,
+            };
+            curve.push(self.base_live as i64 + sum - away - at_start);
+        }
+        curve
+    }
+
+    /// Adds to `change` (see [`Self::lifetimes`]) what `cuts` do to the forward pass beginning
+    /// at `pass` (see [`Self::simulate_curve`]).
+    fn simulate_pass(&self, pass: u64, cuts: &[u64], last_read: &[u64], change: &mut [i64]) {
+        let p = self.bytes.len();
+        let pass_end = self.pass_end(pass);
         let mut restore = vec![u64::MAX; cuts.len()];
         let mut evicted = Vec::new();
-        for (position, &last) in last_read.iter().enumerate() {
+        for (offset, &last) in last_read.iter().enumerate() {
             if last == u64::MAX {
                 continue;
             }
-            let Some(next) = cuts.iter().position(|&cut| cut > position as u64) else {
+            let Some(next) = cuts.iter().position(|&cut| cut > offset as u64) else {
                 continue;
             };
-            let evict_at = cuts[next];
+            let position = (pass + offset as u64) as usize;
+            let evict_at = pass + cuts[next];
             let Some(&read) = self.reads[position].iter().find(|&&r| r > evict_at) else {
                 continue;
             };
@@ -63,18 +87,19 @@ impl StepRecord {
         }
         // A checkpoint stays until the later segments that read it are restored, even if the
         // program drops it earlier: their evicted tensors are recomputed from it.
-        let segment_of = |at: u64| cuts.iter().rposition(|&cut| cut <= at);
-        for (position, &last) in last_read.iter().enumerate() {
+        let segment_of = |at: u64| cuts.iter().rposition(|&cut| pass + cut <= at);
+        for (offset, &last) in last_read.iter().enumerate() {
             if last != u64::MAX {
                 continue;
             }
+            let position = pass as usize + offset;
             let Some(own) = segment_of(position as u64) else {
                 continue;
             };
             let reads = &self.reads[position];
             let held_for = reads
                 .iter()
-                .filter(|&&read| read < self.end)
+                .filter(|&&read| read < pass_end)
                 .filter_map(|&read| segment_of(read).filter(|&segment| segment > own))
                 .map(|segment| restore[segment])
                 .filter(|&at| at != u64::MAX)
@@ -89,18 +114,6 @@ impl StepRecord {
                 change[(until + 1).min(p)] -= bytes;
             }
         }
-        let at_start = change[0];
-        let mut sum = 0i64;
-        let mut curve = Vec::with_capacity(p);
-        for (position, c) in change[..p].iter().enumerate() {
-            sum += c;
-            let away = match (position as u64) < parked.until {
-                true => parked.bytes as i64,
-                false => 0,
-            };
-            curve.push(self.base_live as i64 + sum - away - at_start);
-        }
-        curve
     }
 
     /// The step's peak live bytes under `cuts` (see [`Self::simulate_curve`]), at least

@@ -1,5 +1,5 @@
 use super::period::{GRAM, WINDOW};
-use super::record::StepRecord;
+use super::record::{StepRecord, forward_passes};
 use super::segments::SEGMENT_SEARCH_STEP;
 use super::simulation::Parked;
 use super::*;
@@ -401,6 +401,7 @@ fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
     let record = StepRecord {
         period: 8,
         end: 4,
+        passes: vec![0],
         base_live: 10,
         live: Vec::new(),
         bytes: vec![10; 8],
@@ -443,6 +444,7 @@ fn the_simulated_step_holds_a_dropped_checkpoint_until_the_segment_after_it_come
     let record = StepRecord {
         period: 10,
         end: 5,
+        passes: vec![0],
         base_live: 0,
         live: Vec::new(),
         bytes: vec![10; 10],
@@ -480,6 +482,7 @@ fn a_selection_drops_the_cheapest_tensor_held_across_the_peak() {
     let record = |costs: [f32; 2]| StepRecord {
         period: 9,
         end: 5,
+        passes: vec![0],
         base_live: 0,
         live: Vec::new(),
         bytes: vec![10, 40, 40, 10, 10, 10, 10, 10, 10],
@@ -627,4 +630,153 @@ fn optimizer_state_is_parked_only_when_no_segments_fit_without_it() {
             "{park:?}"
         );
     }
+}
+
+/// Steps that accumulate gradients over `micro_batches` forward and backward passes of a
+/// chain of `layers * width` tensors of 100 bytes, each layer's weight gradient (10 bytes)
+/// summed across them, then an optimizer tail replacing each layer's parameter.
+fn accumulated_steps(
+    plan: &mut StepPlan,
+    steps: usize,
+    micro_batches: usize,
+    (layers, width): (usize, usize),
+    limit: Option<u64>,
+) -> Vec<Vec<(usize, SegmentEvent)>> {
+    let mut live = 0u64;
+    let mut params: Vec<Option<u64>> = vec![None; layers];
+    let mut all = Vec::new();
+    for _ in 0..steps {
+        let mut events = Vec::new();
+        let mut position = 0usize;
+        let mut create = |plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64| {
+            *live += bytes;
+            let ordinal = plan.on_create(token, OP, bytes, *live, None, None);
+            if let Some(event) = plan.segment_event(ordinal, limit) {
+                events.push((position, event));
+            }
+            position += 1;
+            ordinal
+        };
+        let mut weight_grads: Vec<Option<u64>> = vec![None; layers];
+        for _ in 0..micro_batches {
+            let mut saved = vec![Vec::new(); layers];
+            let mut previous: Option<u64> = None;
+            for (layer, kept) in saved.iter_mut().enumerate() {
+                for j in 0..width {
+                    if let Some(p) = previous {
+                        plan.on_read(p);
+                    }
+                    if j == 0
+                        && let Some(p) = params[layer]
+                    {
+                        plan.on_read(p);
+                    }
+                    let t = create(plan, (layer * width + j) as u64 + 1, 100, &mut live);
+                    kept.push(t);
+                    previous = Some(t);
+                }
+            }
+            let mut grad: Option<u64> = None;
+            for layer in (0..layers).rev() {
+                for (j, &t) in saved[layer].iter().enumerate().rev() {
+                    plan.on_read(t);
+                    if let Some(g) = grad {
+                        plan.on_read(g);
+                        plan.on_drop(g);
+                        live -= 100;
+                    }
+                    plan.on_drop(t);
+                    live -= 100;
+                    let token = (10_000 + layer * width + j) as u64;
+                    grad = Some(create(plan, token, 100, &mut live));
+                }
+                let token = match weight_grads[layer] {
+                    Some(old) => {
+                        plan.on_read(old);
+                        plan.on_drop(old);
+                        live -= 10;
+                        50_000
+                    }
+                    None => 40_000,
+                };
+                weight_grads[layer] = Some(create(plan, token, 10, &mut live));
+            }
+            if let Some(g) = grad {
+                plan.on_drop(g);
+                live -= 100;
+            }
+        }
+        for (param, weight_grad) in params.iter_mut().zip(&weight_grads) {
+            if let Some(g) = *weight_grad {
+                plan.on_read(g);
+                plan.on_drop(g);
+                live -= 10;
+            }
+            if let Some(p) = *param {
+                plan.on_read(p);
+                plan.on_drop(p);
+                live -= 10;
+            }
+            *param = Some(create(plan, 20_000, 10, &mut live));
+        }
+        all.push(events);
+    }
+    all
+}
+
+#[test]
+fn a_step_that_accumulates_micro_batches_is_cut_the_same_in_every_forward_pass() {
+    let (layers, width) = (8, 10);
+    let mut plan = StepPlan::default();
+    let steps = accumulated_steps(&mut plan, 8, 2, (layers, width), Some(4_000));
+    let forward = (layers * width) as u64;
+    let segments = plan.segments.as_ref().expect("cut under the budget");
+    assert_eq!(segments.end, forward);
+    assert_eq!(segments.passes.len(), 2, "{:?}", segments.passes);
+    assert!(segments.cuts.len() >= 2, "{:?}", segments.cuts);
+    let figures = plan.figures();
+    assert!(figures.estimated_peak <= 4_000, "{figures:?}");
+    // Each micro-batch's forward pass opens, cuts at the same places and closes.
+    let last = &steps[7];
+    let opens: Vec<usize> = last
+        .iter()
+        .filter(|(_, event)| matches!(event, SegmentEvent::Open { .. }))
+        .map(|&(at, _)| at)
+        .collect();
+    assert_eq!(opens.len(), 2, "{last:?}");
+    let cuts_from = |open: usize| -> Vec<u64> {
+        last.iter()
+            .filter_map(|(at, event)| match event {
+                SegmentEvent::Cut { position, .. } if *at > open && *at < open + 1_000 => {
+                    Some((*at - open) as u64).filter(|&from| from == *position)
+                }
+                _ => None,
+            })
+            .take(segments.cuts.len() - 1)
+            .collect()
+    };
+    assert_eq!(cuts_from(opens[0]), segments.cuts[1..].to_vec(), "{last:?}");
+    assert_eq!(cuts_from(opens[1]), segments.cuts[1..].to_vec(), "{last:?}");
+    let closes = last
+        .iter()
+        .filter(|(_, event)| *event == SegmentEvent::Close)
+        .count();
+    assert_eq!(closes, 2, "{last:?}");
+}
+
+#[test]
+fn forward_passes_are_found_from_the_peak_back_to_the_first_micro_batch() {
+    // Two micro-batches: a forward pass of four tensors (tokens 1..=4) climbing to 40,
+    // its backward pass (tokens 9) falling to 10 (a gradient held), then the second.
+    let held = [10, 20, 30, 40, 30, 20, 10, 20, 30, 40, 50];
+    let tokens = [1, 2, 3, 4, 9, 9, 9, 1, 2, 3, 4];
+    let passes = forward_passes(11, |at| held[at as usize], |at| tokens[at as usize]);
+    assert_eq!(passes, (vec![0, 7], 4));
+    // One forward pass: from its start to the peak.
+    let single = forward_passes(4, |at| held[at as usize], |at| tokens[at as usize]);
+    assert_eq!(single, (vec![0], 4));
+    // A dip within the forward pass that repeats no earlier tokens is not a pass.
+    let tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
+    let passes = forward_passes(11, |at| held[at as usize], |at| tokens[at as usize]);
+    assert_eq!(passes, (vec![0], 11));
 }
