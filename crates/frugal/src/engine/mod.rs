@@ -23,7 +23,7 @@ use crate::units::LowPrecision;
 
 use cuts::SegmentCuts;
 use host_share::{HostShare, PROCESS_HOST_SHARE};
-pub(crate) use plan::{SegmentEvent, StepPlan};
+pub(crate) use plan::{CHAIN_DEPTH, SegmentEvent, StepPlan};
 pub(crate) use policy::Candidate;
 pub use policy::{Action, EvictionMode, Policy};
 use reclaim::OffloadBatch;

@@ -12,6 +12,7 @@ mod attention;
 mod autocast;
 mod budget_cnn;
 mod budget_props;
+mod burn_nn_encoder;
 mod compressed_storage;
 mod grad_scaler;
 mod kernels;

@@ -61,6 +61,7 @@ use crate::op::OpId;
 
 use period::Candidate;
 use segments::{SEGMENT_SHARE, Segments};
+pub(crate) use selection::CHAIN_DEPTH;
 
 /// The predicted distance of a tensor whose counterpart was not read again.
 pub(crate) const NEVER: u64 = 1 << 40;

@@ -23,13 +23,19 @@ pub(super) const SELECTION_OVERSHOOT: f64 = 0.05;
 /// recomputation of a few bytes still costs an op.
 pub(super) const SELECTION_MIN_SHARE: u64 = 4096;
 
+/// The longest chain of inputs a chosen tensor is recomputed through (see
+/// [`StepRecord::select`]): `softmax(mask_fill(q·kᵀ / s))` written out is three links from
+/// what attention's backward pass holds.
+pub(crate) const CHAIN_DEPTH: usize = 4;
+
 /// What [`StepRecord::select`] chose.
 pub(super) struct Selection {
     /// Positions where chosen tensors are dropped, ascending, the first 0 (the forward pass's
     /// start, where nothing is dropped).
     pub(super) cuts: Vec<u64>,
     /// For each position before the forward pass's end: the forward pass's last read of a
-    /// chosen tensor (at or before the cut that drops it); `u64::MAX` for the others, kept.
+    /// chosen tensor or of an input recomputed with one (at or before the cut that drops
+    /// it); `u64::MAX` for the others, kept.
     pub(super) last_read: Vec<u64>,
     /// The simulated step's peak live bytes under the choice.
     pub(super) peak: u64,
@@ -37,21 +43,28 @@ pub(super) struct Selection {
     pub(super) count: u64,
     /// Bytes they hold.
     pub(super) bytes: u64,
+    /// Inputs dropped and recomputed with them (see [`CHAIN_DEPTH`]).
+    pub(super) chained: u64,
 }
 
 impl StepRecord {
     /// Selective recomputation, Checkmate's problem solved greedily: which tensors of the
-    /// forward pass to drop after its last read of them and recompute alone, from inputs that
-    /// are still held, when the backward pass first reads them, so that the simulated step's
-    /// peak is at most `target`. While the peak is over, the tensor recomputed most cheaply
-    /// per byte among those held across the peak is chosen (an activation's output before a
-    /// layer norm's, before a product's). A tensor is dropped as the next tensor after the
-    /// forward pass's last read of it is made, and only if each of its inputs the step made
-    /// is held by the program until the backward pass reads it and is not dropped itself;
-    /// tensors of fewer than `min_bytes` are left. When nothing more can be chosen short of
-    /// `target`, the choice so far is taken if its peak is at most `ceiling` (the budget
-    /// itself: a step a little over the aim still recomputes far less than under segments);
-    /// `None` otherwise. `parked` bytes are away from the step's start until their first read.
+    /// forward pass to drop after its last read of them and recompute, when the backward pass
+    /// first reads them, so that the simulated step's peak is at most `target`. While the peak
+    /// is over, the tensor recomputed most cheaply per byte among those held across the peak
+    /// is chosen (an activation's output before a layer norm's, before a product's). A tensor
+    /// is dropped as the next tensor after the forward pass's last read of it is made. Each of
+    /// its inputs the step made is either held by the program until the backward pass reads
+    /// it (and not dropped itself), or small (held for it by its recipe), or recomputed with
+    /// it: an input the program drops before then (`softmax`'s input, when `mask_fill`,
+    /// `div` and `q·kᵀ` are written out) is dropped too and recomputed first, through at most
+    /// [`CHAIN_DEPTH`] such links, its cost counted with the tensor's, its bytes held while
+    /// the tensor is read back. Tensors of fewer than `min_bytes` are left. When nothing more
+    /// can be chosen short of `target`, the choice so far is taken if its peak is at most
+    /// `ceiling` (the budget itself: a step a little over the aim still recomputes far less
+    /// than under segments); `None` otherwise. `parked` bytes are away from the step's start
+    /// until their first read. A step of several forward passes (micro-batches) drops the same
+    /// tensors in each.
     pub(super) fn select(
         &self,
         target: u64,
@@ -74,13 +87,34 @@ impl StepRecord {
             }
         }
         let held_until = |j: usize| self.reads[j].last().map_or(j as u64, |&r| r);
-        struct Candidate {
-            position: usize,
-            drop_at: u64,
-            /// For each forward pass: where the tensor is dropped and where the backward pass
-            /// first reads it, as positions in the step.
-            spans: Vec<(u64, u64)>,
-        }
+        // What recomputing the tensor at `i` (of the first pass) in the pass at `pass`, read
+        // back at `back`, needs beside the inputs the program holds: the inputs recomputed
+        // with it and the small ones its recipe holds (positions in the pass), or `None` if
+        // an input it needs can be neither.
+        let links = |i: usize, pass: usize, back: u64| -> Option<Chain> {
+            let mut chain = Chain::default();
+            let mut frontier = vec![(i, 0usize)];
+            while let Some((t, depth)) = frontier.pop() {
+                for &j in &inputs[t] {
+                    let at = pass + j;
+                    if held_until(at) >= back || chain.members.contains(&j) {
+                        continue;
+                    }
+                    // An input the program drops before `back` stays for the recomputation,
+                    // held by the recipe: only a small one (a row's mean) is worth it.
+                    if self.bytes[at] * 16 <= self.bytes[pass + i] {
+                        chain.small.push(j);
+                        continue;
+                    }
+                    if depth >= CHAIN_DEPTH || !self.cost_per_byte[j].is_finite() {
+                        return None;
+                    }
+                    chain.members.push(j);
+                    frontier.push((j, depth + 1));
+                }
+            }
+            Some(chain)
+        };
         let mut candidates: Vec<Candidate> = (0..end)
             .filter(|&i| self.cost_per_byte[i].is_finite() && self.bytes[i] >= min_bytes.max(1))
             .filter_map(|i| {
@@ -97,32 +131,34 @@ impl StepRecord {
                     .map(|&pass| {
                         let (at, dropped) = (pass as usize + i, pass + drop_at);
                         let &back = self.reads[at].iter().find(|&&r| r > dropped)?;
-                        // An input the program drops before `back` stays for the
-                        // recomputation, held by the dropped tensor's recipe: only a small one
-                        // (a row's mean) is worth it.
-                        inputs[i]
-                            .iter()
-                            .all(|&j| {
-                                let j = pass as usize + j;
-                                held_until(j) >= back || self.bytes[j] * 16 <= self.bytes[at]
-                            })
-                            .then_some((dropped, back))
+                        let chain = links(i, pass as usize, back)?;
+                        Some(Span {
+                            dropped,
+                            back,
+                            chain,
+                        })
                     })
                     .collect::<Option<Vec<_>>>()?;
+                let members = &spans.first()?.chain.members;
+                let work = |j: usize| self.cost_per_byte[j] as f64 * self.bytes[j] as f64;
+                let cost = match members.is_empty() {
+                    true => self.cost_per_byte[i] as f64,
+                    false => {
+                        (work(i) + members.iter().map(|&j| work(j)).sum::<f64>())
+                            / self.bytes[i] as f64
+                    }
+                };
                 Some(Candidate {
                     position: i,
                     drop_at,
+                    cost,
                     spans,
                 })
             })
             .collect();
         candidates.sort_by(|a, b| {
-            let (a_cost, b_cost) = (
-                self.cost_per_byte[a.position],
-                self.cost_per_byte[b.position],
-            );
-            a_cost
-                .total_cmp(&b_cost)
+            a.cost
+                .total_cmp(&b.cost)
                 .then(self.bytes[b.position].cmp(&self.bytes[a.position]))
         });
         let change = self.lifetimes(true);
@@ -138,7 +174,9 @@ impl StepRecord {
             held.push(sum - away);
         }
         let mut chosen = vec![false; end];
-        // Inputs of a chosen tensor: recomputing it needs them, so they stay.
+        // Inputs recomputed with a chosen tensor: dropped with it.
+        let mut chained = vec![false; end];
+        // Inputs of a chosen tensor or of its chain: recomputing it needs them, so they stay.
         let mut feeds = vec![false; end];
         let (mut count, mut bytes) = (0u64, 0u64);
         loop {
@@ -151,12 +189,16 @@ impl StepRecord {
                 .saturating_add((most - at_start).max(0) as u64);
             let pick = candidates.iter().find(|c| {
                 let i = c.position;
+                let members = &c.spans[0].chain.members;
+                let needs = || std::iter::once(i).chain(members.iter().copied());
                 !chosen[i]
                     && !feeds[i]
+                    && !chained[i]
                     && c.spans
                         .iter()
-                        .any(|&(dropped, back)| (dropped as usize) < at && at < back as usize)
-                    && inputs[i].iter().all(|&j| !chosen[j])
+                        .any(|s| (s.dropped as usize) < at && at < s.back as usize)
+                    && members.iter().all(|&j| !chosen[j] && !feeds[j])
+                    && needs().all(|t| inputs[t].iter().all(|&j| !chosen[j]))
             });
             if peak <= target || (pick.is_none() && peak <= ceiling) {
                 let mut cuts = vec![0];
@@ -169,7 +211,7 @@ impl StepRecord {
                 cuts.sort_unstable();
                 cuts.dedup();
                 let last_read = (0..end)
-                    .map(|i| match chosen[i] {
+                    .map(|i| match chosen[i] || chained[i] {
                         true => last_forward(i),
                         false => u64::MAX,
                     })
@@ -180,6 +222,7 @@ impl StepRecord {
                     peak,
                     count,
                     bytes,
+                    chained: chained.iter().filter(|&&c| c).count() as u64,
                 });
             }
             let Some(pick) = pick else {
@@ -193,24 +236,77 @@ impl StepRecord {
             };
             let i = pick.position;
             chosen[i] = true;
-            for &j in &inputs[i] {
-                feeds[j] = true;
+            for span in &pick.spans {
+                for &j in &span.chain.members {
+                    chained[j] = true;
+                }
             }
-            for (&pass, &(dropped, back)) in self.passes.iter().zip(&pick.spans) {
-                let at = pass as usize + i;
-                for h in &mut held[dropped as usize + 1..(back as usize).min(p)] {
+            for t in std::iter::once(i).chain(pick.spans[0].chain.members.iter().copied()) {
+                for &j in &inputs[t] {
+                    if !chained[j] {
+                        feeds[j] = true;
+                    }
+                }
+            }
+            for (&pass, span) in self.passes.iter().zip(&pick.spans) {
+                let (pass, back) = (pass as usize, span.back as usize);
+                let at = pass + i;
+                for h in &mut held[span.dropped as usize + 1..back.min(p)] {
                     *h -= self.bytes[at] as i64;
                 }
-                for &j in &inputs[i] {
-                    let j = pass as usize + j;
-                    let kept = held_until(j) as usize + 1..(back as usize).min(p);
+                for &j in &span.chain.small {
+                    let j = pass + j;
+                    let kept = held_until(j) as usize + 1..back.min(p);
                     for h in held.get_mut(kept).into_iter().flatten() {
                         *h += self.bytes[j] as i64;
                     }
+                }
+                // The chain is recomputed when the tensor is read back and held with it until
+                // the program drops the tensor.
+                let chain: u64 = span
+                    .chain
+                    .members
+                    .iter()
+                    .map(|&j| self.bytes[pass + j])
+                    .sum();
+                let until = (held_until(at) as usize + 1).max(back + 1).min(p);
+                for h in held.get_mut(back..until).into_iter().flatten() {
+                    *h += chain as i64;
                 }
             }
             count += 1;
             bytes += self.bytes[i];
         }
     }
+}
+
+/// What recomputing a chosen tensor needs beside the inputs the program holds (positions in
+/// a forward pass).
+#[derive(Default)]
+struct Chain {
+    /// Inputs the program drops before the tensor is read back, dropped and recomputed with it.
+    members: Vec<usize>,
+    /// Small inputs the program drops before then, held for it by its recipe.
+    small: Vec<usize>,
+}
+
+/// One forward pass's drop of a candidate tensor, as positions in the step.
+struct Span {
+    /// Where it is dropped.
+    dropped: u64,
+    /// Where the backward pass first reads it.
+    back: u64,
+    chain: Chain,
+}
+
+/// A tensor [`StepRecord::select`] may choose.
+struct Candidate {
+    /// Its position in a forward pass.
+    position: usize,
+    /// Where it is dropped, in a forward pass.
+    drop_at: u64,
+    /// What recomputing it and its chain costs per byte it holds.
+    cost: f64,
+    /// Its drop in each forward pass.
+    spans: Vec<Span>,
 }

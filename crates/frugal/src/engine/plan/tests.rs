@@ -780,3 +780,55 @@ fn forward_passes_are_found_from_the_peak_back_to_the_first_micro_batch() {
     let passes = forward_passes(11, |at| held[at as usize], |at| tokens[at as usize]);
     assert_eq!(passes, (vec![0], 11));
 }
+
+#[test]
+fn a_selection_recomputes_a_tensor_through_the_inputs_the_program_drops() {
+    // Forward: x (0, held to the end) -> s (1, read only by m) -> m (2, read only by p) ->
+    // p (3, read by a and by the backward pass at 9) -> a (4) -> b (5) -> c (6), as
+    // `softmax(mask_fill(q·kᵀ))` written out; the backward pass (7..) reads a at 8, p at 9.
+    let record = |s_cost: f32| StepRecord {
+        period: 12,
+        end: 7,
+        passes: vec![0],
+        base_live: 0,
+        live: Vec::new(),
+        bytes: vec![10, 20, 20, 40, 40, 40, 10, 10, 10, 10, 10, 10],
+        reads: vec![
+            vec![1, 11],
+            vec![2],
+            vec![3],
+            vec![4, 9],
+            vec![5, 8],
+            vec![6, 7],
+            vec![7],
+            vec![8],
+            vec![9],
+            vec![10],
+            vec![11],
+            vec![],
+        ],
+        shared: vec![false; 12],
+        cost_per_byte: [f32::INFINITY, s_cost, 1.0, 1.0, 10.0, 10.0]
+            .into_iter()
+            .chain([f32::INFINITY; 6])
+            .collect(),
+    };
+    // Counted from the step's start (x's bytes are in `base_live`): the peak, 140 B at 7,
+    // holds p; p's input m and m's input s are gone by the time the backward pass reads
+    // p, so p is dropped with both and all three are recomputed at 9, held there beside p
+    // (100 B). The peak left is at 5 (120 B), before p goes.
+    let chained = record(1.0)
+        .select(110, 120, 0, Parked::NONE)
+        .expect("p with its chain fits the ceiling");
+    assert_eq!((chained.count, chained.bytes, chained.peak), (1, 40, 120));
+    assert_eq!(chained.cuts, vec![0, 5]);
+    assert_eq!(chained.last_read[..4], [u64::MAX, 2, 3, 4]);
+    assert!(chained.last_read[4..].iter().all(|&l| l == u64::MAX));
+    // An input that cannot be recomputed (a view, a random draw) ends the chain: only a
+    // can go, which leaves 130 B at 6.
+    assert!(
+        record(f32::INFINITY)
+            .select(110, 120, 0, Parked::NONE)
+            .is_none()
+    );
+}

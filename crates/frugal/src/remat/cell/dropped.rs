@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use burn_backend::Backend;
 
 use super::{Cell, Slot, State};
-use crate::engine::Status;
+use crate::engine::{CHAIN_DEPTH, Status};
 use crate::remat::Kind;
 
 /// The longest chain of dropped tensors kept only to recompute live ones.
@@ -55,6 +55,10 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         let chain = inputs + u32::from(recipe.view_of.is_none() || !self.core.under_selection);
         let limit = if self.core.under_selection && !self.core.chosen {
             SELECTION_DEAD_CHAIN
+        } else if self.core.under_selection {
+            // An input a selection recomputes with a chosen tensor (see
+            // `StepRecord::select`): the plan bounds the chain.
+            CHAIN_DEPTH as u32
         } else if self.core.info.scope != 0 {
             MAX_SCOPED_DEAD_CHAIN
         } else {
