@@ -21,13 +21,18 @@
 //! products of the same attention computed on a materialised score matrix (see `scores.rs`).
 
 mod kernels;
+mod mask;
 pub(crate) mod scores;
+mod tiles;
 
 pub use scores::{ScoreGrads, ScoresSoftmax, attention_delta, scores_backward, scores_softmax};
 
 use cubecl::{prelude::*, server::Handle};
 
 use crate::{FloatDtype, KernelError, cast::check_buffer};
+use kernels::{OperandsLaunch, SavedLaunch};
+use mask::{Mask, ScoreArgsLaunch};
+use tiles::Flash;
 
 /// The largest head dimension the kernels take (each unit keeps a few rows of this length in
 /// registers).
@@ -122,7 +127,8 @@ pub struct AttentionGrads {
 /// Rows one cube owns (one unit each).
 const ROWS_PER_CUBE: usize = 64;
 
-/// The launch geometry for one device and head dimension.
+/// The launch geometry for one device and head dimension (what a kernel's [`Flash`] shape is
+/// made of).
 #[derive(Debug, Clone, Copy)]
 struct Tiles {
     /// Rows one cube owns (query rows in the forward and dQ kernels, key rows in dK/dV).
@@ -138,6 +144,7 @@ struct Tiles {
 }
 
 impl Tiles {
+    /// The geometry for rows of `head_dim` elements on this device.
     fn for_device<R: Runtime>(client: &ComputeClient<R>, head_dim: usize) -> Self {
         let hardware = &client.properties().hardware;
         let max_units = (hardware.max_units_per_cube as usize).max(1);
@@ -171,11 +178,6 @@ impl Tiles {
         }
     }
 
-    /// Vectors per row.
-    fn lanes(&self, head_dim: usize) -> usize {
-        head_dim / self.width
-    }
-
     /// Units per cube.
     fn units(&self) -> u32 {
         (self.rows * self.split) as u32
@@ -202,6 +204,7 @@ fn unroll_rows<R: Runtime>(client: &ComputeClient<R>) -> bool {
     !R::name(client).starts_with("wgpu")
 }
 
+/// An invalid-argument error: `what` was `value`, and `accepted` says what is taken.
 pub(crate) fn invalid(what: &str, value: impl ToString, accepted: impl ToString) -> KernelError {
     KernelError::InvalidArgument {
         what: what.to_string(),
@@ -273,22 +276,20 @@ pub fn validate<R: Runtime>(
     Ok(scale)
 }
 
-/// Checks a call and its input buffers; returns the scale.
-#[allow(clippy::too_many_arguments)]
-fn check_common<R: Runtime>(
+/// Checks a call's sizes, dtype and scale (as [`validate`]), its buffers (name, handle and
+/// elements each) and its bias; returns the scale.
+fn check_call<R: Runtime>(
     client: &ComputeClient<R>,
-    q: &Handle,
-    k: &Handle,
-    v: &Handle,
+    buffers: &[(&str, &Handle, usize)],
     bias: Option<&AttentionBias<'_>>,
     shape: &AttentionShape,
     dtype: FloatDtype,
     config: &AttentionConfig,
 ) -> Result<f32, KernelError> {
     let scale = validate(client, shape, dtype, config)?;
-    check_buffer("q", q, shape.q_len(), dtype)?;
-    check_buffer("k", k, shape.kv_len(), dtype)?;
-    check_buffer("v", v, shape.kv_len(), dtype)?;
+    for &(what, handle, len) in buffers {
+        check_buffer(what, handle, len, dtype)?;
+    }
     if let Some(bias) = bias {
         check_buffer("bias", bias.handle, bias_len(shape, bias), dtype)?;
     }
@@ -303,22 +304,188 @@ fn bias_len(shape: &AttentionShape, bias: &AttentionBias<'_>) -> usize {
         + shape.seq_k
 }
 
-/// The bias argument: handle, elements, strides and whether there is one (without one, q
-/// stands in and the kernel never reads it).
-fn bias_arg(
-    q: &Handle,
-    shape: &AttentionShape,
-    bias: Option<&AttentionBias<'_>>,
-) -> (Handle, usize, [usize; 3], bool) {
-    match bias {
-        Some(b) => (
-            b.handle.clone(),
-            bias_len(shape, b),
-            [b.batch_stride, b.head_stride, b.row_stride],
-            true,
-        ),
-        None => (q.clone(), 1, [0; 3], false),
+/// `len` elements of `handle` as a kernel argument.
+///
+/// # Safety
+///
+/// The buffer must hold `len` elements of the kernel's type, and the kernel must read and
+/// write below `len` only.
+unsafe fn array<R: Runtime>(handle: &Handle, len: usize) -> ArrayArg<R> {
+    unsafe { ArrayArg::from_raw_parts(handle.clone(), len) }
+}
+
+/// A call's bias as the kernels take it: without one, a stand-in buffer that a kernel built
+/// without a bias never reads.
+struct BiasArg {
+    /// The bias, or the stand-in.
+    handle: Handle,
+    /// Elements the strides reach (1 for the stand-in).
+    len: usize,
+    /// Batch, head and row strides (0 for the stand-in).
+    strides: [usize; 3],
+    /// Whether there is a bias.
+    present: bool,
+}
+
+impl BiasArg {
+    /// The bias of a call, or `stand_in` (one of the call's buffers) without one.
+    fn new(stand_in: &Handle, shape: &AttentionShape, bias: Option<&AttentionBias<'_>>) -> Self {
+        match bias {
+            Some(b) => BiasArg {
+                handle: b.handle.clone(),
+                len: bias_len(shape, b),
+                strides: [b.batch_stride, b.head_stride, b.row_stride],
+                present: true,
+            },
+            None => BiasArg {
+                handle: stand_in.clone(),
+                len: 1,
+                strides: [0; 3],
+                present: false,
+            },
+        }
     }
+
+    /// The bias buffer as a kernel argument.
+    fn array<R: Runtime>(&self) -> ArrayArg<R> {
+        // SAFETY: the buffer holds `len` elements (a checked bias spans every index its strides
+        // reach; the stand-in holds at least one element and is never read).
+        unsafe { array(&self.handle, self.len) }
+    }
+
+    /// The sizes, bias strides and scale every attention kernel takes.
+    fn score_args<R: Runtime>(&self, shape: &AttentionShape, scale: f32) -> ScoreArgsLaunch<R> {
+        let [batch, head, row] = self.strides;
+        ScoreArgsLaunch::new(
+            shape.seq_q,
+            shape.seq_k,
+            shape.heads,
+            batch,
+            head,
+            row,
+            scale,
+        )
+    }
+
+    /// The masks a kernel is built with.
+    fn mask(&self, causal: bool) -> Mask {
+        Mask {
+            causal,
+            has_bias: self.present,
+        }
+    }
+}
+
+/// A checked flash-attention call: what its kernels' launches share.
+struct FlashCall<'a, R: Runtime> {
+    /// The device.
+    client: &'a ComputeClient<R>,
+    /// The queries.
+    q: &'a Handle,
+    /// The keys.
+    k: &'a Handle,
+    /// The values.
+    v: &'a Handle,
+    /// The bias, or q standing in for it.
+    bias: BiasArg,
+    /// The sizes.
+    shape: AttentionShape,
+    /// The dtype of q, k, v, the output and the gradients.
+    dtype: FloatDtype,
+    /// The scale in use.
+    scale: f32,
+    /// Whether keys after the query are masked.
+    causal: bool,
+    /// The launch geometry.
+    tiles: Tiles,
+}
+
+impl<'a, R: Runtime> FlashCall<'a, R> {
+    /// Checks a call and its input buffers (see [`attention_forward`]).
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        client: &'a ComputeClient<R>,
+        q: &'a Handle,
+        k: &'a Handle,
+        v: &'a Handle,
+        bias: Option<AttentionBias<'_>>,
+        shape: AttentionShape,
+        dtype: FloatDtype,
+        config: AttentionConfig,
+    ) -> Result<Self, KernelError> {
+        let buffers = [
+            ("q", q, shape.q_len()),
+            ("k", k, shape.kv_len()),
+            ("v", v, shape.kv_len()),
+        ];
+        let scale = check_call(client, &buffers, bias.as_ref(), &shape, dtype, &config)?;
+        Ok(FlashCall {
+            client,
+            q,
+            k,
+            v,
+            bias: BiasArg::new(q, &shape, bias.as_ref()),
+            shape,
+            dtype,
+            scale,
+            causal: config.causal,
+            tiles: Tiles::for_device(client, shape.head_dim),
+        })
+    }
+
+    /// q, k, v and the bias, as every flash kernel takes them first.
+    fn operands<E: Float>(&self) -> OperandsLaunch<E, R> {
+        let (q_len, kv_len) = (self.shape.q_len(), self.shape.kv_len());
+        // SAFETY: q, k and v hold their shapes' elements (checked in `new`).
+        unsafe {
+            OperandsLaunch::new(
+                array(self.q, q_len),
+                array(self.k, kv_len),
+                array(self.v, kv_len),
+                self.bias.array(),
+            )
+        }
+    }
+
+    /// Cubes for every `(batch, head)` pair and block of the `own_len` rows a kernel owns.
+    fn count(&self, own_len: usize) -> CubeCount {
+        let pairs = (self.shape.batch * self.shape.heads) as u32;
+        CubeCount::Static(pairs, own_len.div_ceil(self.tiles.rows) as u32, 1)
+    }
+
+    /// The compile-time shape of a flash kernel of this call that stages `staged` rows per step.
+    fn flash(&self, staged: usize) -> Flash {
+        Flash {
+            head_dim: self.shape.head_dim,
+            lanes: self.shape.head_dim / self.tiles.width,
+            split: self.tiles.split,
+            rows: self.tiles.rows,
+            staged,
+            mask: self.bias.mask(self.causal),
+            unroll: unroll_rows(self.client),
+        }
+    }
+}
+
+/// Launches the flash kernel `kernels::$kernel` for the [`FlashCall`] `$call`, with a cube for
+/// every `(batch, head)` pair and block of the `$own` rows it owns, staging `$staged` rows of
+/// the other side per step; its tensors are the operands, then `$tensor`s. Unsafe: the
+/// tensors must hold what the kernel reads and writes.
+macro_rules! launch_flash {
+    ($call:expr, $kernel:ident, $own:expr, $staged:expr, $($tensor:expr),+ $(,)?) => {{
+        let call = &$call;
+        kernels::$kernel::launch_unchecked::<R>(
+            call.client,
+            call.count($own),
+            CubeDim::new_1d(call.tiles.units()),
+            call.tiles.width,
+            call.operands(),
+            $($tensor,)+
+            call.bias.score_args(&call.shape, call.scale),
+            call.flash($staged),
+            call.dtype.storage_type(),
+        )
+    }};
 }
 
 /// Flash-attention forward pass: the output and each query row's logsumexp (see the module
@@ -336,48 +503,20 @@ pub fn attention_forward<R: Runtime>(
     dtype: FloatDtype,
     config: AttentionConfig,
 ) -> Result<AttentionForward, KernelError> {
-    let scale = check_common(client, q, k, v, bias.as_ref(), &shape, dtype, &config)?;
-    let tiles = Tiles::for_device(client, shape.head_dim);
+    let call = FlashCall::new(client, q, k, v, bias, shape, dtype, config)?;
     let out = client.empty(shape.q_len() * dtype.size_bytes());
     let lse = client.empty(shape.rows() * 4);
-    let (bias_handle, bias_len, [bias_batch, bias_head, bias_row], has_bias) =
-        bias_arg(q, &shape, bias.as_ref());
-    let count = CubeCount::Static(
-        (shape.batch * shape.heads) as u32,
-        shape.seq_q.div_ceil(tiles.rows) as u32,
-        1,
-    );
-    // SAFETY: every buffer holds its shape's elements (checked above; the outputs were just
-    // allocated so), the bias spans every index the strides reach, and the kernel reads and
-    // writes rows below `seq_q` / `seq_k` only.
+    // SAFETY: every buffer holds its shape's elements (checked in `FlashCall::new`; the outputs
+    // were just allocated so), the bias spans every index the strides reach, and the kernel
+    // reads and writes rows below `seq_q` / `seq_k` only.
     unsafe {
-        kernels::forward_kernel::launch_unchecked::<R>(
-            client,
-            count,
-            CubeDim::new_1d(tiles.units()),
-            tiles.width,
-            ArrayArg::from_raw_parts(q.clone(), shape.q_len()),
-            ArrayArg::from_raw_parts(k.clone(), shape.kv_len()),
-            ArrayArg::from_raw_parts(v.clone(), shape.kv_len()),
-            ArrayArg::from_raw_parts(bias_handle, bias_len),
-            ArrayArg::from_raw_parts(out.clone(), shape.q_len()),
-            ArrayArg::from_raw_parts(lse.clone(), shape.rows()),
+        launch_flash!(
+            call,
+            forward_kernel,
             shape.seq_q,
-            shape.seq_k,
-            shape.heads,
-            bias_batch,
-            bias_head,
-            bias_row,
-            scale,
-            shape.head_dim,
-            tiles.lanes(shape.head_dim),
-            tiles.split,
-            tiles.rows,
-            tiles.staged,
-            config.causal,
-            has_bias,
-            unroll_rows(client),
-            dtype.storage_type(),
+            call.tiles.staged,
+            array(&out, shape.q_len()),
+            array(&lse, shape.rows()),
         );
     }
     Ok(AttentionForward { out, lse })
@@ -401,84 +540,33 @@ pub fn attention_backward<R: Runtime>(
     dtype: FloatDtype,
     config: AttentionConfig,
 ) -> Result<AttentionGrads, KernelError> {
-    let scale = check_common(client, q, k, v, bias.as_ref(), &shape, dtype, &config)?;
+    let call = FlashCall::new(client, q, k, v, bias, shape, dtype, config)?;
     check_buffer("out", out, shape.q_len(), dtype)?;
     check_buffer("grad_out", grad_out, shape.q_len(), dtype)?;
     check_buffer("lse", lse, shape.rows(), FloatDtype::F32)?;
-    let tiles = Tiles::for_device(client, shape.head_dim);
-    let (bias_handle, bias_len, [bias_batch, bias_head, bias_row], has_bias) =
-        bias_arg(q, &shape, bias.as_ref());
 
-    let rows = shape.rows();
     let delta = delta(client, out, grad_out, &shape, dtype);
-
     let grad_q = client.empty(shape.q_len() * dtype.size_bytes());
     let grad_k = client.empty(shape.kv_len() * dtype.size_bytes());
     let grad_v = client.empty(shape.kv_len() * dtype.size_bytes());
-    let bh = (shape.batch * shape.heads) as u32;
-    let arr = |h: &Handle, len: usize| unsafe { ArrayArg::from_raw_parts(h.clone(), len) };
     // SAFETY: as in `attention_forward`; `lse` and `delta` hold one f32 per query row.
     unsafe {
-        kernels::grad_kv_kernel::launch_unchecked::<R>(
-            client,
-            CubeCount::Static(bh, shape.seq_k.div_ceil(tiles.rows) as u32, 1),
-            CubeDim::new_1d(tiles.units()),
-            tiles.width,
-            arr(q, shape.q_len()),
-            arr(k, shape.kv_len()),
-            arr(v, shape.kv_len()),
-            arr(&bias_handle, bias_len),
-            arr(grad_out, shape.q_len()),
-            arr(lse, rows),
-            arr(&delta, rows),
-            arr(&grad_k, shape.kv_len()),
-            arr(&grad_v, shape.kv_len()),
-            shape.seq_q,
+        launch_flash!(
+            call,
+            grad_kv_kernel,
             shape.seq_k,
-            shape.heads,
-            bias_batch,
-            bias_head,
-            bias_row,
-            scale,
-            shape.head_dim,
-            tiles.lanes(shape.head_dim),
-            tiles.split,
-            tiles.kv_staged,
-            tiles.rows,
-            config.causal,
-            has_bias,
-            unroll_rows(client),
-            dtype.storage_type(),
+            call.tiles.kv_staged,
+            saved(grad_out, lse, &delta, &shape),
+            array(&grad_k, shape.kv_len()),
+            array(&grad_v, shape.kv_len()),
         );
-        kernels::grad_q_kernel::launch_unchecked::<R>(
-            client,
-            CubeCount::Static(bh, shape.seq_q.div_ceil(tiles.rows) as u32, 1),
-            CubeDim::new_1d(tiles.units()),
-            tiles.width,
-            arr(q, shape.q_len()),
-            arr(k, shape.kv_len()),
-            arr(v, shape.kv_len()),
-            arr(&bias_handle, bias_len),
-            arr(grad_out, shape.q_len()),
-            arr(lse, rows),
-            arr(&delta, rows),
-            arr(&grad_q, shape.q_len()),
+        launch_flash!(
+            call,
+            grad_q_kernel,
             shape.seq_q,
-            shape.seq_k,
-            shape.heads,
-            bias_batch,
-            bias_head,
-            bias_row,
-            scale,
-            shape.head_dim,
-            tiles.lanes(shape.head_dim),
-            tiles.split,
-            tiles.rows,
-            tiles.staged,
-            config.causal,
-            has_bias,
-            unroll_rows(client),
-            dtype.storage_type(),
+            call.tiles.staged,
+            saved(grad_out, lse, &delta, &shape),
+            array(&grad_q, shape.q_len()),
         );
     }
     Ok(AttentionGrads {
@@ -486,6 +574,27 @@ pub fn attention_backward<R: Runtime>(
         grad_k,
         grad_v,
     })
+}
+
+/// The output's gradient, the logsumexp and `delta` as the backward kernels take them.
+///
+/// # Safety
+///
+/// `grad_out` must hold `shape.q_len()` elements, `lse` and `delta` one f32 per query row.
+unsafe fn saved<R: Runtime, E: Float>(
+    grad_out: &Handle,
+    lse: &Handle,
+    delta: &Handle,
+    shape: &AttentionShape,
+) -> SavedLaunch<E, R> {
+    let rows = shape.rows();
+    unsafe {
+        SavedLaunch::new(
+            array(grad_out, shape.q_len()),
+            array(lse, rows),
+            array(delta, rows),
+        )
+    }
 }
 
 /// Launches the backward prepass `delta = rowsum(dO ∘ O)` (f32, one per query row) on buffers
@@ -511,9 +620,9 @@ fn delta<R: Runtime>(
             client,
             CubeCount::Static((rows as u32).div_ceil(units), 1, 1),
             CubeDim::new_1d(units),
-            ArrayArg::from_raw_parts(out.clone(), shape.q_len()),
-            ArrayArg::from_raw_parts(grad_out.clone(), shape.q_len()),
-            ArrayArg::from_raw_parts(delta.clone(), rows),
+            array(out, shape.q_len()),
+            array(grad_out, shape.q_len()),
+            array(&delta, rows),
             shape.head_dim,
             unroll_rows(client),
             dtype.storage_type(),

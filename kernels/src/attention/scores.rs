@@ -12,20 +12,14 @@
 //!   (both in the input dtype), so `dq = grad_scores · k`, `dk = grad_scoresᵀ · q` and
 //!   `dv = probsᵀ · dO` are three more products.
 //!
-//! The scale, bias, causal mask and masked-score rules are those of the flash kernels, and the
-//! arithmetic is f32; only the stored scores and probabilities are rounded to the input dtype
-//! (as in PyTorch's written-out attention under autocast).
-
-// `if has_bias { if play { .. } }`: the outer test is comptime, so a kernel built without a
-// bias has no branch at all; merged into one condition it would become a runtime test.
-#![allow(clippy::collapsible_if)]
+//! The scale, bias, causal mask and masked-score rules are those of the flash kernels
+//! (`mask.rs`), and the arithmetic is f32; only the stored scores and probabilities are rounded
+//! to the input dtype (as in PyTorch's written-out attention under autocast).
 
 use cubecl::{prelude::*, server::Handle};
 
-use super::kernels::{MASKED, MASKED_SCORE};
-use super::{
-    AttentionBias, AttentionConfig, AttentionShape, bias_arg, bias_len, invalid, validate,
-};
+use super::mask::{MASKED, MASKED_SCORE, Mask, ScoreArgs, masked_score, prob};
+use super::{AttentionBias, AttentionConfig, AttentionShape, BiasArg, array, check_call, invalid};
 use crate::{FloatDtype, KernelError, cast::check_buffer};
 
 /// Units that share one row of scores in [`scores_softmax`] (a power of two).
@@ -118,39 +112,6 @@ pub(crate) fn merge_running_max_sum(
     }
 }
 
-/// The scaled (and biased) score `raw` of (`row`, `key`) of pair `bh`, or [`MASKED_SCORE`]
-/// where the pair is masked.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn scaled_score<E: Float>(
-    raw: E,
-    bias: &Array<E>,
-    bh: usize,
-    row: usize,
-    key: usize,
-    seq_k: usize,
-    heads: usize,
-    bias_batch: usize,
-    bias_head: usize,
-    bias_row: usize,
-    scale: f32,
-    #[comptime] causal: bool,
-    #[comptime] has_bias: bool,
-) -> f32 {
-    let mut play = key < seq_k;
-    if causal {
-        play = play && key <= row;
-    }
-    let mut score = f32::cast_from(raw) * scale;
-    if has_bias {
-        if play {
-            let at = (bh / heads) * bias_batch + (bh % heads) * bias_head + row * bias_row + key;
-            score += f32::cast_from(bias[at]);
-        }
-    }
-    select(play && score > MASKED, score, MASKED_SCORE)
-}
-
 /// One cube per row, each unit taking vectors of `N` keys (`seq_k` is a multiple of `N`): a
 /// running maximum and sum per unit, combined in shared memory, then the probabilities
 /// written in a second pass.
@@ -162,17 +123,10 @@ pub(crate) fn softmax_kernel<E: Float, N: Size>(
     probs: &mut Array<Vector<E, N>>,
     lse: &mut Array<f32>,
     rows: usize,
-    seq_q: usize,
-    seq_k: usize,
-    heads: usize,
-    bias_batch: usize,
-    bias_head: usize,
-    bias_row: usize,
-    scale: f32,
+    args: ScoreArgs,
     half_units: usize,
     #[comptime] units: usize,
-    #[comptime] causal: bool,
-    #[comptime] has_bias: bool,
+    #[comptime] mask: Mask,
     #[define(E)] _dtype: StorageType,
 ) {
     let row_id = cube_index();
@@ -180,9 +134,9 @@ pub(crate) fn softmax_kernel<E: Float, N: Size>(
         terminate!();
     }
     let width = N::value();
-    let bh = row_id / seq_q;
-    let row = row_id % seq_q;
-    let vectors = seq_k / width;
+    let bh = row_id / args.seq_q;
+    let row = row_id % args.seq_q;
+    let vectors = args.seq_k / width;
     let base = row_id * vectors;
     let unit = UNIT_POS as usize;
 
@@ -193,24 +147,10 @@ pub(crate) fn softmax_kernel<E: Float, N: Size>(
         let raw = scores[base + at];
         #[unroll]
         for c in 0..width {
-            let score = scaled_score::<E>(
-                raw[c],
-                bias,
-                bh,
-                row,
-                at * width + c,
-                seq_k,
-                heads,
-                bias_batch,
-                bias_head,
-                bias_row,
-                scale,
-                causal,
-                has_bias,
-            );
+            let key = at * width + c;
+            let score = masked_score::<E>(f32::cast_from(raw[c]), bias, bh, row, key, &args, mask);
             let new_max = max(running_max, score);
-            running_sum = running_sum * (running_max - new_max).exp()
-                + select(score > MASKED, (score - new_max).exp(), 0.0f32);
+            running_sum = running_sum * (running_max - new_max).exp() + prob(score, new_max);
             running_max = new_max;
         }
         at += units;
@@ -234,21 +174,8 @@ pub(crate) fn softmax_kernel<E: Float, N: Size>(
         let mut out = Vector::<E, N>::new(E::from_int(0));
         #[unroll]
         for c in 0..width {
-            let score = scaled_score::<E>(
-                raw[c],
-                bias,
-                bh,
-                row,
-                at * width + c,
-                seq_k,
-                heads,
-                bias_batch,
-                bias_head,
-                bias_row,
-                scale,
-                causal,
-                has_bias,
-            );
+            let key = at * width + c;
+            let score = masked_score::<E>(f32::cast_from(raw[c]), bias, bh, row, key, &args, mask);
             let keep = score > MASKED && total > 0.0f32;
             out[c] = E::cast_from(select(keep, (score - log_sum).exp(), 0.0f32));
         }
@@ -271,15 +198,8 @@ pub(crate) fn score_grads_kernel<E: Float, N: Size>(
     probs: &mut Array<Vector<E, N>>,
     grad_scores: &mut Array<Vector<E, N>>,
     vectors: usize,
-    seq_q: usize,
-    seq_k: usize,
-    heads: usize,
-    bias_batch: usize,
-    bias_head: usize,
-    bias_row: usize,
-    scale: f32,
-    #[comptime] causal: bool,
-    #[comptime] has_bias: bool,
+    args: ScoreArgs,
+    #[comptime] mask: Mask,
     #[define(E)] _dtype: StorageType,
 ) {
     let at = cube_index() * CUBE_DIM as usize + UNIT_POS as usize;
@@ -288,10 +208,10 @@ pub(crate) fn score_grads_kernel<E: Float, N: Size>(
     }
     let width = N::value();
     let first = at * width;
-    let row_id = first / seq_k;
-    let key = first % seq_k;
-    let bh = row_id / seq_q;
-    let row = row_id % seq_q;
+    let row_id = first / args.seq_k;
+    let key = first % args.seq_k;
+    let bh = row_id / args.seq_q;
+    let row = row_id % args.seq_q;
     let row_lse = lse[row_id];
     let row_delta = delta[row_id];
     let raw = scores[at];
@@ -300,24 +220,10 @@ pub(crate) fn score_grads_kernel<E: Float, N: Size>(
     let mut ds_out = Vector::<E, N>::new(E::from_int(0));
     #[unroll]
     for c in 0..width {
-        let score = scaled_score::<E>(
-            raw[c],
-            bias,
-            bh,
-            row,
-            key + c,
-            seq_k,
-            heads,
-            bias_batch,
-            bias_head,
-            bias_row,
-            scale,
-            causal,
-            has_bias,
-        );
+        let score = masked_score::<E>(f32::cast_from(raw[c]), bias, bh, row, key + c, &args, mask);
         let keep = score > MASKED;
-        let p = select(keep, (score - row_lse).exp(), 0.0f32);
-        let grad = p * (f32::cast_from(grad_p[c]) - row_delta) * scale;
+        let p = prob(score, row_lse);
+        let grad = p * (f32::cast_from(grad_p[c]) - row_delta) * args.scale;
         p_out[c] = E::cast_from(p);
         ds_out[c] = E::cast_from(select(keep, grad, 0.0f32));
     }
@@ -325,7 +231,8 @@ pub(crate) fn score_grads_kernel<E: Float, N: Size>(
     grad_scores[at] = ds_out;
 }
 
-/// Checks the shape, dtype and score buffer of a call on the score matrix; returns the scale.
+/// Checks the shape, dtype, score buffer and bias of a call on the score matrix; returns the
+/// scale.
 fn check_scores<R: Runtime>(
     client: &ComputeClient<R>,
     scores: &Handle,
@@ -334,12 +241,8 @@ fn check_scores<R: Runtime>(
     dtype: FloatDtype,
     config: &AttentionConfig,
 ) -> Result<f32, KernelError> {
-    let scale = validate(client, shape, dtype, config)?;
-    check_buffer("scores", scores, score_len(shape), dtype)?;
-    if let Some(bias) = bias {
-        check_buffer("bias", bias.handle, bias_len(shape, bias), dtype)?;
-    }
-    Ok(scale)
+    let buffers = [("scores", scores, score_len(shape))];
+    check_call(client, &buffers, bias, shape, dtype, config)
 }
 
 /// The probabilities and logsumexp of the scores `q kᵀ` (see the module docs). Errors, before
@@ -365,8 +268,7 @@ pub fn scores_softmax<R: Runtime>(
     let count = grid(client, rows)?;
     let probs = client.empty(len * dtype.size_bytes());
     let lse = client.empty(rows * 4);
-    let (bias_handle, bias_len, [bias_batch, bias_head, bias_row], has_bias) =
-        bias_arg(scores, &shape, bias.as_ref());
+    let bias = BiasArg::new(scores, &shape, bias.as_ref());
     // SAFETY: `scores` and `probs` hold `rows * seq_k` elements, a multiple of the vector
     // width, and `lse` `rows` (checked or just allocated); a cube past the last row returns
     // before reading, and every vector index is below `rows * seq_k / width`; the bias spans
@@ -377,22 +279,15 @@ pub fn scores_softmax<R: Runtime>(
             count,
             CubeDim::new_1d(units),
             width,
-            ArrayArg::from_raw_parts(scores.clone(), len),
-            ArrayArg::from_raw_parts(bias_handle, bias_len),
-            ArrayArg::from_raw_parts(probs.clone(), len),
-            ArrayArg::from_raw_parts(lse.clone(), rows),
+            array(scores, len),
+            bias.array(),
+            array(&probs, len),
+            array(&lse, rows),
             rows,
-            shape.seq_q,
-            shape.seq_k,
-            shape.heads,
-            bias_batch,
-            bias_head,
-            bias_row,
-            scale,
+            bias.score_args(&shape, scale),
             units as usize / 2,
             units as usize,
-            config.causal,
-            has_bias,
+            bias.mask(config.causal),
             dtype.storage_type(),
         );
     }
@@ -440,9 +335,7 @@ pub fn scores_backward<R: Runtime>(
     let count = grid(client, vectors.div_ceil(units as usize))?;
     let probs = client.empty(len * dtype.size_bytes());
     let grad_scores = client.empty(len * dtype.size_bytes());
-    let (bias_handle, bias_len, [bias_batch, bias_head, bias_row], has_bias) =
-        bias_arg(scores, &shape, bias.as_ref());
-    let arr = |h: &Handle, n: usize| unsafe { ArrayArg::from_raw_parts(h.clone(), n) };
+    let bias = BiasArg::new(scores, &shape, bias.as_ref());
     // SAFETY: the score-sized buffers hold `len` elements, a multiple of the vector width,
     // and `lse`, `delta` `rows` (checked or just allocated); units past the last vector
     // return before reading.
@@ -452,23 +345,16 @@ pub fn scores_backward<R: Runtime>(
             count,
             CubeDim::new_1d(units),
             width,
-            arr(scores, len),
-            arr(grad_probs, len),
-            arr(&bias_handle, bias_len),
-            arr(lse, rows),
-            arr(delta, rows),
-            arr(&probs, len),
-            arr(&grad_scores, len),
+            array(scores, len),
+            array(grad_probs, len),
+            bias.array(),
+            array(lse, rows),
+            array(delta, rows),
+            array(&probs, len),
+            array(&grad_scores, len),
             vectors,
-            shape.seq_q,
-            shape.seq_k,
-            shape.heads,
-            bias_batch,
-            bias_head,
-            bias_row,
-            scale,
-            config.causal,
-            has_bias,
+            bias.score_args(&shape, scale),
+            bias.mask(config.causal),
             dtype.storage_type(),
         );
     }
