@@ -62,8 +62,8 @@ pub use training::fit::{
     AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitProbe, FitRow,
 };
 pub use training::micro_batching::{
-    FIRST_STEP_RECOMPUTE_RATIO_LIMIT, MicroBatchChange, MicroBatchReason, MicroBatching,
-    PASS_RECOMPUTE_RATIO_LIMIT, RECOMPUTE_RATIO_LIMIT,
+    MicroBatchChange, MicroBatchReason, MicroBatching, PASS_RECOMPUTE_RATIO_LIMIT,
+    RECOMPUTE_RATIO_LIMIT, UNPLANNED_RECOMPUTE_RATIO_LIMIT,
 };
 pub use training::scaler::{
     GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep,

@@ -4,11 +4,13 @@
 # --keep-micro-batch (`keep`), and --fit's probes (`fit`); each in its own process with its
 # own limit (`acc2`, `acc4`: --accumulate 2 or 4 under the budget, kept); PyTorch beside
 # unless SKIP_TORCH. CAP (default 79GiB) caps frugal-cuda's pool
-# as an 80 GB GPU would (CAP=none: the whole GPU). Everything lands in $OUT/split-$TAG.tgz.
+# as an 80 GB GPU would (CAP=none: the whole GPU). BIN names the staged binary (default gpt:
+# gpt.xz). Everything lands in $OUT/split-$TAG.tgz.
 set -u
 cd "$(dirname "$0")"
 . ./lib.sh
-unxz_bins gpt
+BIN=${BIN:-gpt}
+unxz_bins $BIN
 R=/tmp/split; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt
 if [ -z "${SKIP_TORCH:-}" ]; then
@@ -30,7 +32,7 @@ for run in ${RUNS:-split}; do
     ref-keep) model="--model reference"; cap=""; flags="--budget 2024091649 --keep-micro-batch" ;;
   esac
   rm -rf /tmp/o-$run
-  one $run ${LIMIT:-420} ./gpt --device frugal-cuda $model $cap $flags \
+  one $run ${LIMIT:-420} ./$BIN --device frugal-cuda $model $cap $flags \
     --steps ${STEPS:-10} --save-minutes 0 --out /tmp/o-$run
   cp /tmp/o-$run/steps.json $R/steps-$run.json 2>/dev/null
 done

@@ -421,10 +421,10 @@ pub struct TrainArgs {
     /// copies of the model; prints the measurements behind the choice.
     #[arg(long, help_heading = MEMORY)]
     pub fit: bool,
-    /// Under --budget, keep --accumulate as given. By default a step that recomputes more than
-    /// its forward pass's work to keep the budget (the tensors it keeps do not fit) splits the
-    /// batch into twice the micro-batches for the next step, and goes back if the split step
-    /// turns out slower.
+    /// Under --budget, keep --accumulate as given. By default a step under the budget's
+    /// learned plan that recomputes more than its forward pass's work (the tensors it keeps do
+    /// not fit; before the plan, more than 3x) splits the batch into twice the micro-batches
+    /// for the next step, and goes back if the split's steps turn out slower.
     #[arg(long, help_heading = MEMORY)]
     pub keep_micro_batch: bool,
     /// Go back to a step's start when it runs out of memory and retry it with half the
