@@ -35,7 +35,6 @@ mod ledger; // 1: counting and the timeline
 pub mod memory; // 10: the public memory API
 mod memory_viz; // 10: PyTorch's memory_viz file of a snapshot
 pub mod nn; // 9: attention without s² storage, a MultiHeadAttention drop-in, layer norm
-mod op; // 0: op ids, the op facts table, the cost model
 pub mod ops; // 8: every Backend op, forwarded
 pub mod precision; // 9: autocast switches
 mod remat; // 5: managed cells
@@ -44,7 +43,8 @@ mod runtime; // 2: the CubeCL runtimes this build knows, pool figures
 mod scope; // 3: the program's own checkpoint scopes
 mod tensor; // 6: the tensor primitive
 mod training; // 10–11: the training add-ons (accumulation, AdamW, loss scaling, fit, split)
-mod units; // 0: byte sizes, tensor bytes, the 16-bit types
+mod units;
+mod vocabulary; // 0: the op vocabulary: op ids, the op facts table, the cost model // 0: byte sizes, tensor bytes, the 16-bit types
 
 pub use training::optim;
 #[cfg(feature = "train")]

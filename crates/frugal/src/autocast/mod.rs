@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 use burn_backend::DType;
 
-pub use crate::op::OpPrecision;
-use crate::op::{OP_COUNT, OpId, forwarded_methods};
 pub use crate::units::LowPrecision;
+pub use crate::vocabulary::OpPrecision;
+use crate::vocabulary::{OP_COUNT, OpId, forwarded_methods};
 
 /// An autocast policy: the low type and the precision of every forwarded op. Build it with
 /// [`AutocastPolicy::new`], change entries with [`AutocastPolicy::with`], switch it on with
@@ -359,7 +359,7 @@ impl MaxF32 for DType {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::families::module;
+    use crate::vocabulary::families::module;
 
     fn dtypes(dtype: DType) -> DtypeSet {
         let mut set = DtypeSet::default();

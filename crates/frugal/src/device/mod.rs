@@ -16,9 +16,9 @@ use burn_backend::{DType, DeviceId, DeviceOps, TensorMetadata};
 use crate::autocast::PrecisionTable;
 use crate::engine::{Budget, Reclaim};
 use crate::ledger::{Charge, Ledger, Role};
-use crate::op::OpId;
 use crate::runtime::available_host_memory;
 use crate::scope::{OpenScope, Scopes};
+use crate::vocabulary::OpId;
 
 /// Everything Frugal keeps for one device.
 pub(crate) struct DeviceState {

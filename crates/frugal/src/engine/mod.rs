@@ -18,8 +18,8 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::op::OpId;
 use crate::units::LowPrecision;
+use crate::vocabulary::OpId;
 
 use cuts::SegmentCuts;
 use host_share::{HostShare, PROCESS_HOST_SHARE};
@@ -59,7 +59,7 @@ pub(crate) struct Made {
     pub(crate) recompute: Option<f64>,
     /// The ordinal of the tensor whose buffer it shares, if any.
     pub(crate) owner: Option<u64>,
-    /// What running its op cost (see [`crate::op::cost::op_cost`]), recomputable or not.
+    /// What running its op cost (see [`crate::vocabulary::cost::op_cost`]), recomputable or not.
     pub(crate) cost: f64,
     /// It was made by the forward pass (an activation).
     pub(crate) forward: bool,
@@ -88,7 +88,7 @@ pub(crate) struct CellInfo {
     pub(crate) op: OpId,
     /// Bytes of its buffer.
     pub(crate) bytes: u64,
-    /// Estimated cost of re-running the op alone (see [`crate::op::cost::op_cost`]).
+    /// Estimated cost of re-running the op alone (see [`crate::vocabulary::cost::op_cost`]).
     pub(crate) cost: f64,
     /// The checkpoint scope the cell was created in (0: none).
     pub(crate) scope: u64,
@@ -739,7 +739,7 @@ mod tests {
 
     use super::*;
     use crate::ledger::{Charge, Ledger};
-    use crate::op::families::float;
+    use crate::vocabulary::families::float;
     use burn_backend::{DType, Shape};
 
     /// A cell that frees its charge when evicted or offloaded.

@@ -15,8 +15,8 @@ use std::sync::{Arc, Weak};
 
 use super::{Action, Budget, Counter, Evictable, EvictionMode, HostBatch, Policy, unpack_next};
 use crate::ledger::Ledger;
-use crate::op::OpId;
 use crate::units::format_bytes;
+use crate::vocabulary::OpId;
 
 /// Why memory is reclaimed: it decides how far live bytes must come down and what may be
 /// done to get there.
@@ -543,7 +543,7 @@ fn apply(action: Action, cell: &Arc<dyn Evictable>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::families::float::{Op, op};
+    use crate::vocabulary::families::float::{Op, op};
 
     #[test]
     fn every_reclaim_has_one_target_arithmetic() {

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use burn_backend::{DType, Shape};
 
-use crate::op::{OP_COUNT, OpId};
 use crate::units::tensor_bytes;
+use crate::vocabulary::{OP_COUNT, OpId};
 use role::RoleCounts;
 
 pub use role::{Phase, Role, RoleBytes};
@@ -247,7 +247,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::families::float;
+    use crate::vocabulary::families::float;
 
     #[test]
     fn charges_and_releases_balance_per_op_and_in_total() {

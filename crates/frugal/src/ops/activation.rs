@@ -7,6 +7,6 @@ use burn_backend::ops::ActivationOps;
 use super::forward_ops;
 use crate::backend::Frugal;
 
-crate::op::catalog::activation::activation_methods!(forward_ops! {{
+crate::vocabulary::catalog::activation::activation_methods!(forward_ops! {{
 
 }});

@@ -30,11 +30,11 @@ use crate::autocast::{DtypeSet, plan};
 use crate::backend::Frugal;
 use crate::engine::Reclaim;
 use crate::kernels::{self, AttentionCall};
-use crate::op::families::module::{Op, op};
 use crate::ops::convert::cast_to;
 use crate::ops::registry::{composite_op_registry, unbox};
 use crate::remat::FloatKind;
 use crate::tensor::FrugalTensor;
+use crate::vocabulary::families::module::{Op, op};
 
 /// One attention call handed through the registry: the primitives of the caller's backend,
 /// boxed, and the options.

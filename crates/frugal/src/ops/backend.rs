@@ -1,11 +1,11 @@
 //! Forwarding of Burn's `Backend` trait itself (its methods take no tensors, so they are
-//! written out; their ids come from `crate::op::catalog::backend`).
+//! written out; their ids come from `crate::vocabulary::catalog::backend`).
 
 use burn_backend::{Backend, DType, DTypeUsageSet, ExecutionError, TensorData, tensor::Device};
 
 use crate::backend::Frugal;
 use crate::device::DeviceState;
-use crate::op::families::backend::{Op, op};
+use crate::vocabulary::families::backend::{Op, op};
 
 impl<B: Backend> Backend for Frugal<B> {
     fn ad_enabled(device: &Device<Self>) -> bool {

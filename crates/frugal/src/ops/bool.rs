@@ -13,7 +13,7 @@ use burn_backend::ops::BoolTensorOps;
 use super::forward_ops;
 use crate::backend::Frugal;
 
-crate::op::catalog::bool::bool_methods!(forward_ops! {{
+crate::vocabulary::catalog::bool::bool_methods!(forward_ops! {{
         crate::ops::into_data!(bool_into_data, BoolTensor);
         crate::ops::device_of!(bool_device, BoolTensor);
         crate::ops::to_device!(bool_to_device, BoolTensor, BoolKind);

@@ -15,9 +15,9 @@ use burn_tensor::Tensor;
 
 use crate::backend::Frugal;
 use crate::device::DeviceState;
-use crate::op::OpId;
 use crate::remat::{FloatKind, IntKind, Kind, QuantKind};
 use crate::tensor::{FrugalTensor, Keep};
+use crate::vocabulary::OpId;
 
 pub(crate) fn split_primitive<B: Backend>(
     tensor: TensorPrimitive<Frugal<B>>,

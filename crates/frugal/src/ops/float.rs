@@ -16,7 +16,7 @@ use burn_backend::tensor::IndexingUpdateOp;
 use super::forward_ops;
 use crate::backend::Frugal;
 
-crate::op::catalog::float::float_methods!(forward_ops! {{
+crate::vocabulary::catalog::float::float_methods!(forward_ops! {{
         crate::ops::into_data!(float_into_data, FloatTensor);
         crate::ops::device_of!(float_device, FloatTensor);
         crate::ops::to_device!(float_to_device, FloatTensor, FloatKind);

@@ -16,7 +16,7 @@ use core::ops::Range;
 use super::forward_ops;
 use crate::backend::Frugal;
 
-crate::op::catalog::int::int_methods!(forward_ops! {{
+crate::vocabulary::catalog::int::int_methods!(forward_ops! {{
         crate::ops::into_data!(int_into_data, IntTensor);
         crate::ops::device_of!(int_device, IntTensor);
         crate::ops::to_device!(int_to_device, IntTensor, IntKind);

@@ -27,11 +27,11 @@ use burn_tensor::{Int, Tensor};
 use crate::backend::Frugal;
 use crate::engine::Reclaim;
 use crate::kernels;
-use crate::op::families::activation::{Op, op};
 use crate::ops::convert::{cast_to, frugal_primitive, frugal_tensor};
 use crate::ops::registry::{composite_op_registry, unbox};
 use crate::remat::FloatKind;
 use crate::tensor::FrugalTensor;
+use crate::vocabulary::families::activation::{Op, op};
 
 /// One call handed through the registry: the primitives of the caller's backend, boxed, and
 /// the rows per chunk.

@@ -35,8 +35,8 @@ pub(crate) mod registry;
 mod transaction;
 
 use crate::device::DeviceState;
-use crate::op::OP_COUNT;
-pub use crate::op::forwarded_methods;
+use crate::vocabulary::OP_COUNT;
+pub use crate::vocabulary::forwarded_methods;
 pub(crate) use forward::*;
 
 /// How many times each forwarded method has been called in this process, on any device.
@@ -44,7 +44,7 @@ pub fn call_counts() -> Vec<(&'static str, &'static str, u64)> {
     let states = DeviceState::all();
     (0..OP_COUNT)
         .map(|i| {
-            let op = crate::op::OpId::from_index(i);
+            let op = crate::vocabulary::OpId::from_index(i);
             let calls = states.iter().map(|s| s.ledger.calls(op)).sum::<u64>()
                 + DeviceState::unattributed().ledger.calls(op);
             (op.family(), op.name(), calls)

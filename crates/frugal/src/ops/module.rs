@@ -12,6 +12,6 @@ use burn_backend::ops::UnfoldOptions;
 use super::forward_ops;
 use crate::backend::Frugal;
 
-crate::op::catalog::module::module_methods!(forward_ops! {{
+crate::vocabulary::catalog::module::module_methods!(forward_ops! {{
 
 }});

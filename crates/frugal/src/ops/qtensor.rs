@@ -14,7 +14,7 @@ use burn_backend::quantization::QuantScheme;
 use super::forward_ops;
 use crate::backend::Frugal;
 
-crate::op::catalog::qtensor::qtensor_methods!(forward_ops! {{
+crate::vocabulary::catalog::qtensor::qtensor_methods!(forward_ops! {{
         crate::ops::into_data!(q_into_data, QuantizedTensor);
         crate::ops::device_of!(q_device, QuantizedTensor);
         crate::ops::to_device!(q_to_device, QuantizedTensor, QuantKind);

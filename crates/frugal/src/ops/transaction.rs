@@ -11,7 +11,7 @@ use crate::backend::Frugal;
 use crate::device::DeviceState;
 use crate::tensor::FrugalTensor;
 
-crate::op::catalog::transaction::transaction_methods!(forward_ops! {{
+crate::vocabulary::catalog::transaction::transaction_methods!(forward_ops! {{
         fn tr_execute(
             transaction: TransactionPrimitive<Self>,
         ) -> impl core::future::Future<Output = Result<TransactionPrimitiveData, ExecutionError>> + Send

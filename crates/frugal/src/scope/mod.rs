@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::engine::{Budget, Status};
-use crate::op::cost::is_costly_product;
+use crate::vocabulary::cost::is_costly_product;
 
 thread_local! {
     /// While a scope closes: the cells its outputs point to, reported by Frugal's ops as the

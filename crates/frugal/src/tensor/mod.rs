@@ -11,8 +11,8 @@ use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata};
 use crate::device::{DeviceState, Storage};
 use crate::engine::Status;
 use crate::ledger::Role;
-use crate::op::OpId;
 use crate::remat::{Cell, Handle, Kind, Recipe, Source};
+use crate::vocabulary::OpId;
 
 /// A tensor of [`Frugal<B>`](crate::Frugal): the inner backend's primitive and the ledger record
 /// of the storage behind it, or, while the device is under a budget or in a checkpoint scope, a
@@ -94,7 +94,7 @@ impl<P: TensorMetadata + 'static> FrugalTensor<P> {
     pub(crate) fn managed_alias<B: Backend, K: Kind<B, Prim = P>>(
         inner: P,
         storage: Arc<Storage>,
-        made_by: crate::op::OpId,
+        made_by: crate::vocabulary::OpId,
     ) -> Self {
         let cell = Cell::<B, K>::create_made_by(inner, storage, None, 0.0, made_by);
         Self {

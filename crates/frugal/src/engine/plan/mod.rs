@@ -57,7 +57,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::op::OpId;
+use crate::vocabulary::OpId;
 
 use period::Candidate;
 use segments::{SEGMENT_SHARE, Segments};
@@ -220,7 +220,7 @@ impl StepPlan {
 
     /// Records a new managed tensor with `token` of `bytes`, made by `op` when `live` bytes
     /// were live on the device; returns its ordinal. `recompute`: what re-running its op
-    /// alone would cost (see [`crate::op::cost::op_cost`]), if the tensor could be dropped and
+    /// alone would cost (see [`crate::vocabulary::cost::op_cost`]), if the tensor could be dropped and
     /// recomputed from its inputs (not a view, not a random draw). `owner`: the ordinal of
     /// the tensor whose buffer it shares, if any: it is recorded as holding no bytes of its
     /// own, and its reads are recorded as the owner's too (see [`Self::on_read`]'s callers).

@@ -320,10 +320,10 @@ pub(crate) use note_operand;
 /// operand's batch), the left operand's rows times the right operand's columns; 0 for other
 /// ops, whose output the budget guesses from their inputs.
 pub(crate) fn product_output_bytes(
-    op: crate::op::OpId,
+    op: crate::vocabulary::OpId,
     operands: &[Option<(burn_backend::Shape, burn_backend::DType)>; 2],
 ) -> u64 {
-    use crate::op::families::{float, module};
+    use crate::vocabulary::families::{float, module};
     let [Some((lhs, dtype)), Some((rhs, _))] = operands else {
         return 0;
     };
@@ -392,7 +392,7 @@ mod tests {
     use burn_backend::{DType, Shape};
 
     use super::product_output_bytes;
-    use crate::op::families::{float, module};
+    use crate::vocabulary::families::{float, module};
 
     #[test]
     fn a_products_output_size_follows_from_its_operands_shapes() {

@@ -45,7 +45,7 @@ macro_rules! forward_ops {
         $(fn $vname:ident($vt:ident : $vk:tt $(, $varg:ident : $vkind:tt)* $(,)?) -> $vret:tt;)*
     ) => {
         #[allow(unused_imports)]
-        use $crate::op::families::$module::{Op, op};
+        use $crate::vocabulary::families::$module::{Op, op};
 
         impl<B: Backend> $trait<Frugal<B>> for Frugal<B> {
             $(

@@ -102,7 +102,7 @@ macro_rules! wrap_managed {
             (usable, inputs, [$($crate::ops::arg_bytes!($kind, $arg)),*])
         };
         let storage = std::sync::Arc::new($l.charge(&$o, $op));
-        let cost = $crate::op::cost::op_cost(
+        let cost = $crate::vocabulary::cost::op_cost(
             $op,
             &sizes,
             storage.bytes,

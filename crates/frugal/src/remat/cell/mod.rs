@@ -142,7 +142,7 @@ impl Drop for Restoring {
 }
 
 /// The step plan's token for a tensor: its op, shape and type.
-fn token(op: crate::op::OpId, shape: &Shape, dtype: DType) -> u64 {
+fn token(op: crate::vocabulary::OpId, shape: &Shape, dtype: DType) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     op.hash(&mut hasher);
@@ -181,7 +181,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         storage: Arc<Storage>,
         recipe: Option<Recipe<K::Prim>>,
         cost: f64,
-        made_by: crate::op::OpId,
+        made_by: crate::vocabulary::OpId,
     ) -> Arc<Self> {
         let state = storage.state;
         let shape = tensor.shape();

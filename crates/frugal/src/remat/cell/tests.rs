@@ -5,8 +5,8 @@ use burn::backend::NdArray;
 use burn_backend::ops::FloatTensorOps;
 
 use super::*;
-use crate::op::families::float;
 use crate::remat::{FloatKind, Handle, Source};
+use crate::vocabulary::families::float;
 
 /// NdArray with its default element types.
 type Nd = NdArray;

@@ -23,12 +23,12 @@ use super::qmap::Tables;
 use super::{Decay, QuantizedMoments, Scalars};
 use crate::device::{DeviceState, Storage};
 use crate::kernels::{self, custom::register_fused};
-use crate::op::{
+use crate::runtime::each_runtime;
+use crate::tensor::FrugalTensor;
+use crate::vocabulary::{
     OpId,
     families::{float, int},
 };
-use crate::runtime::each_runtime;
-use crate::tensor::FrugalTensor;
 
 /// A step's inputs as primitives. The state is the moments: for 8-bit ones the code words
 /// (an int primitive) and the absmax; for f32 ones the first and the second moment.

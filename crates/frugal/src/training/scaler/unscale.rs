@@ -48,9 +48,9 @@ mod cube {
         cube::{Cube, kernel_dtype},
         custom::register_fused,
     };
-    use crate::op::families::float;
     use crate::runtime::each_runtime;
     use crate::tensor::FrugalTensor;
+    use crate::vocabulary::families::float;
 
     /// See [`super::unscale`].
     pub(crate) fn unscale<B, M>(

@@ -1,5 +1,5 @@
 //! The methods of Burn's `QTensorOps`, in op-id order, in the signature language of
-//! [`crate::ops`]. Read twice: by `crate::op::declare_family!` for the ids and names, and by
+//! [`crate::ops`]. Read twice: by `crate::vocabulary::declare_family!` for the ids and names, and by
 //! the forwarding macro of `crate::ops::qtensor` for the implementations.
 
 /// Expands to `$callback! { $head... }` followed by the family's method list.

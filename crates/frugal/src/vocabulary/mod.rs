@@ -90,8 +90,8 @@ macro_rules! declare_family {
 
         /// The global id of a method of this family.
         #[inline]
-        pub(crate) const fn op(op: Op) -> $crate::op::OpId {
-            $crate::op::OpId::new($crate::op::$base + op as u16)
+        pub(crate) const fn op(op: Op) -> $crate::vocabulary::OpId {
+            $crate::vocabulary::OpId::new($crate::vocabulary::$base + op as u16)
         }
     };
 }
@@ -102,7 +102,7 @@ pub(crate) mod families {
         ($module:ident, $methods:ident) => {
             #[doc = concat!("Ids of the `", stringify!($module), "` family.")]
             pub(crate) mod $module {
-                crate::op::catalog::$module::$methods!(declare_family! {});
+                crate::vocabulary::catalog::$module::$methods!(declare_family! {});
             }
         };
     }

@@ -42,7 +42,7 @@ pub(crate) fn is_costly_product(op: OpId, cost: f64, bytes: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::families::{float, module};
+    use crate::vocabulary::families::{float, module};
 
     fn macs_of(elements: u64, columns: u64) -> f64 {
         (elements * columns) as f64 / MACS_PER_BYTE

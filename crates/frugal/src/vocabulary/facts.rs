@@ -20,7 +20,7 @@ pub enum OpPrecision {
 }
 
 /// How the multiply-adds of a product are counted from its operands' bytes (see
-/// [`crate::op::cost::op_cost`]).
+/// [`crate::vocabulary::cost::op_cost`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Macs {
     /// None: the op costs its memory traffic.
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn the_table_agrees_with_the_name_predicates_for_every_method() {
-        let methods = crate::op::forwarded_methods();
+        let methods = crate::vocabulary::forwarded_methods();
         assert_eq!(methods.len(), OP_COUNT);
         for (index, (_, name)) in methods.iter().enumerate() {
             let facts = OpId::from_index(index).facts();
@@ -399,7 +399,10 @@ mod tests {
 
     #[test]
     fn ids_and_names_round_trip() {
-        for (index, (family, name)) in crate::op::forwarded_methods().into_iter().enumerate() {
+        for (index, (family, name)) in crate::vocabulary::forwarded_methods()
+            .into_iter()
+            .enumerate()
+        {
             let op = OpId::from_index(index);
             assert_eq!((op.family(), op.name()), (family, name));
             assert_eq!(OpId::by_name(name), Some(op));

@@ -1,5 +1,5 @@
 //! The method lists of Burn 0.21's Backend op traits, one file per trait. Each file defines a
-//! macro that hands its list to a callback: `crate::op::declare_family!` makes the ids from
+//! macro that hands its list to a callback: `crate::vocabulary::declare_family!` makes the ids from
 //! it, and `crate::ops`' forwarding macro the implementations, so the two never disagree.
 
 pub(crate) mod activation;
