@@ -7,6 +7,7 @@ use super::StepPlan;
 
 /// One recorded training step seen from its forward pass's first tensor: what the segments are
 /// cut from and simulated on. Positions count creations from that tensor.
+#[derive(Clone)]
 pub(super) struct StepRecord {
     /// The step's length in tensors.
     pub(super) period: u64,
@@ -32,6 +33,9 @@ pub(super) struct StepRecord {
     /// What recomputing the tensor made at each position alone costs per byte (infinite: it
     /// cannot be).
     pub(super) cost_per_byte: Vec<f32>,
+    /// Whether the op that made the tensor at each position replays identically (a random
+    /// draw or an upload does not, and no cut can evict what it made).
+    pub(super) replayable: Vec<bool>,
 }
 
 impl StepRecord {
@@ -246,6 +250,12 @@ impl StepPlan {
             cost_per_byte: (0..period)
                 .map(|position| {
                     self.cost_per_byte[index(first + (start_at as u64 + position) % period)]
+                })
+                .collect(),
+            replayable: (0..period)
+                .map(|position| {
+                    let op = self.ops[index(first + (start_at as u64 + position) % period)];
+                    op.facts().replayable
                 })
                 .collect(),
         };

@@ -23,7 +23,8 @@ impl StepRecord {
     /// A tensor the step makes and drops is held from its creation to its last read,
     /// inclusive: the op that reads it last holds it beside its output. A tensor outliving the
     /// step is in `base_live`. A cut evicts every tensor made in the segment it closes that is
-    /// read again only after the cut and is not a checkpoint; the segment's evicted tensors
+    /// read again only after the cut and is not a checkpoint, but for random draws (never
+    /// recomputed, they stay); the segment's evicted tensors
     /// all come back at the first read of any of them, since recomputing the last of them
     /// (which the backward pass reads first) restores the chain before it; a checkpoint is
     /// held until then for every later segment that reads it. Views count as
@@ -70,6 +71,11 @@ impl StepRecord {
                 continue;
             };
             let position = (pass + offset as u64) as usize;
+            // What a random draw made stays where a cut leaves it: the cut evicts only what
+            // it can recompute.
+            if !self.replayable[position] {
+                continue;
+            }
             let evict_at = pass + cuts[next];
             let Some(&read) = self.reads[position].iter().find(|&&r| r > evict_at) else {
                 continue;

@@ -417,6 +417,7 @@ fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
         ],
         shared: vec![false; 8],
         cost_per_byte: vec![f32::INFINITY; 8],
+        replayable: vec![true; 8],
     };
     // Held from creation to last read, inclusive: five tensors at positions 4 and 5.
     assert_eq!(record.simulate(&[0], &[], Parked::NONE), 50);
@@ -427,6 +428,10 @@ fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
     let last_read = record.last_reads(&cuts);
     assert_eq!(last_read, vec![1, u64::MAX, 3, 0]);
     assert_eq!(record.simulate(&cuts, &last_read, Parked::NONE), 40);
+    // A random draw in the closed segment cannot be recomputed: the cut leaves it.
+    let mut drawn = record.clone();
+    drawn.replayable[0] = false;
+    assert_eq!(drawn.simulate(&cuts, &last_read, Parked::NONE), 50);
     // Read across the cut as well, the first tensor is a checkpoint too and stays.
     let mut reads = record.reads.clone();
     reads[0] = vec![1, 3, 7];
@@ -462,6 +467,7 @@ fn the_simulated_step_holds_a_dropped_checkpoint_until_the_segment_after_it_come
         ],
         shared: vec![false; 10],
         cost_per_byte: vec![f32::INFINITY; 10],
+        replayable: vec![true; 10],
     };
     let cuts = [0, 2, 4];
     let last_read = record.last_reads(&cuts);
@@ -502,6 +508,7 @@ fn a_selection_drops_the_cheapest_tensor_held_across_the_peak() {
             .into_iter()
             .chain([f32::INFINITY; 6])
             .collect(),
+        replayable: vec![true; 9],
     };
     // Held from the step's start: 100 bytes at positions 4 to 6 (all of x, a, b).
     let cheap_a = record([2.0, 20.0]);
@@ -812,6 +819,7 @@ fn a_selection_recomputes_a_tensor_through_the_inputs_the_program_drops() {
             .into_iter()
             .chain([f32::INFINITY; 6])
             .collect(),
+        replayable: vec![true; 12],
     };
     // Counted from the step's start (x's bytes are in `base_live`): the peak, 140 B at 7,
     // holds p; p's input m and m's input s are gone by the time the backward pass reads
