@@ -36,6 +36,15 @@ fn the_default_model_under_six_mib_stays_within_the_budget_in_every_step() {
     }
 }
 
+/// `gpt --quiet` with `flags`, its output in `root/name`.
+fn quiet_run(root: &std::path::Path, name: &str, flags: &[&[&str]]) -> Vec<gpt::run::StepLog> {
+    let out = root.join(name);
+    let _ = std::fs::remove_dir_all(&out);
+    let mut argv = vec!["gpt", "--quiet", "--out", out.to_str().unwrap()];
+    argv.extend(flags.iter().flat_map(|f| f.iter().copied()));
+    train::<NdArray>(&TrainArgs::parse_from(argv), Default::default()).unwrap()
+}
+
 /// `gpt --steps 8 --budget 4MiB`: the budget alone recomputes more than the forward pass's work
 /// at the whole batch of 16, so the batch is split (2 micro-batches, then 4 once the plan
 /// learned for 2 recomputes past the limit within a pass) until the steps recompute little;
@@ -45,20 +54,7 @@ fn the_default_model_under_six_mib_stays_within_the_budget_in_every_step() {
 fn a_budget_that_recomputes_more_than_the_forward_pass_splits_the_batch() {
     let _serial = crate::serial();
     let root = std::env::temp_dir().join(format!("gpt-budget-split-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let run = |name: &str, extra: &[&str]| {
-        let out = root.join(name);
-        let mut argv = vec![
-            "gpt",
-            "--steps",
-            "8",
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        argv.extend_from_slice(extra);
-        train::<NdArray>(&TrainArgs::parse_from(argv), Default::default()).unwrap()
-    };
+    let run = |name: &str, extra: &[&str]| quiet_run(&root, name, &[&["--steps", "8"], extra]);
     let plain = run("plain", &[]);
     let split = run("split", &["--budget", "4MiB"]);
     let kept = run("kept", &["--budget", "4MiB", "--keep-micro-batch"]);
@@ -108,22 +104,8 @@ fn a_budget_that_recomputes_more_than_the_forward_pass_splits_the_batch() {
 fn a_budget_cuts_every_micro_batchs_forward_pass() {
     let _serial = crate::serial();
     let root = std::env::temp_dir().join(format!("gpt-budget-accumulate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let run = |name: &str, extra: &[&str]| {
-        let out = root.join(name);
-        let mut argv = vec![
-            "gpt",
-            "--steps",
-            "6",
-            "--accumulate",
-            "2",
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        argv.extend_from_slice(extra);
-        train::<NdArray>(&TrainArgs::parse_from(argv), Default::default()).unwrap()
-    };
+    let common: &[&str] = &["--steps", "6", "--accumulate", "2"];
+    let run = |name: &str, extra: &[&str]| quiet_run(&root, name, &[common, extra]);
     let plain = run("plain", &[]);
     let budgeted = run("budgeted", &["--budget", "6MiB", "--keep-micro-batch"]);
     let _ = std::fs::remove_dir_all(&root);

@@ -173,6 +173,95 @@ struct StepNoise {
     other_live: u64,
 }
 
+/// Records one step's creations in the plan, with the segment events they bring and their
+/// positions in the step.
+struct StepRecorder {
+    limit: Option<u64>,
+    events: Vec<(usize, SegmentEvent)>,
+    position: usize,
+}
+
+impl StepRecorder {
+    fn new(limit: Option<u64>) -> Self {
+        Self {
+            limit,
+            events: Vec::new(),
+            position: 0,
+        }
+    }
+
+    /// A new tensor of `bytes` with `token`, `live` bytes live after it.
+    fn create(&mut self, plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64) -> u64 {
+        *live += bytes;
+        let ordinal = plan.on_create(token, OP, bytes, *live, None, None);
+        if let Some(event) = plan.segment_event(ordinal, self.limit) {
+            self.events.push((self.position, event));
+        }
+        self.position += 1;
+        ordinal
+    }
+}
+
+/// One forward pass over `params.len()` layers of `width` chained tensors of 100 bytes (a
+/// layer's first reading its parameter) and the backward pass in reverse; with
+/// `weight_grads`, each layer's weight gradient (10 bytes) made, or summed into, after its
+/// tensors. Returns the chain's last gradient, still held.
+fn forward_and_backward(
+    plan: &mut StepPlan,
+    step: &mut StepRecorder,
+    params: &[Option<u64>],
+    width: usize,
+    live: &mut u64,
+    mut weight_grads: Option<&mut [Option<u64>]>,
+) -> Option<u64> {
+    let layers = params.len();
+    let mut saved = vec![Vec::new(); layers];
+    let mut previous: Option<u64> = None;
+    for (layer, kept) in saved.iter_mut().enumerate() {
+        for j in 0..width {
+            if let Some(p) = previous {
+                plan.on_read(p);
+            }
+            if j == 0
+                && let Some(p) = params[layer]
+            {
+                plan.on_read(p);
+            }
+            let t = step.create(plan, (layer * width + j) as u64 + 1, 100, live);
+            kept.push(t);
+            previous = Some(t);
+        }
+    }
+    let mut grad: Option<u64> = None;
+    for layer in (0..layers).rev() {
+        for (j, &t) in saved[layer].iter().enumerate().rev() {
+            plan.on_read(t);
+            if let Some(g) = grad {
+                plan.on_read(g);
+                plan.on_drop(g);
+                *live -= 100;
+            }
+            plan.on_drop(t);
+            *live -= 100;
+            let token = (10_000 + layer * width + j) as u64;
+            grad = Some(step.create(plan, token, 100, live));
+        }
+        if let Some(weight_grads) = weight_grads.as_deref_mut() {
+            let token = match weight_grads[layer] {
+                Some(old) => {
+                    plan.on_read(old);
+                    plan.on_drop(old);
+                    *live -= 10;
+                    50_000
+                }
+                None => 40_000,
+            };
+            weight_grads[layer] = Some(step.create(plan, token, 10, live));
+        }
+    }
+    grad
+}
+
 /// As [`training_steps_with_state`], one step per entry of `steps`.
 fn training_steps_under(
     plan: &mut StepPlan,
@@ -189,49 +278,8 @@ fn training_steps_under(
     let mut all = Vec::new();
     for noise in steps {
         live += noise.other_live;
-        let mut events = Vec::new();
-        let mut position = 0usize;
-        let mut create = |plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64| {
-            *live += bytes;
-            let ordinal = plan.on_create(token, OP, bytes, *live, None, None);
-            if let Some(event) = plan.segment_event(ordinal, limit) {
-                events.push((position, event));
-            }
-            position += 1;
-            ordinal
-        };
-        let mut saved = vec![Vec::new(); layers];
-        let mut previous: Option<u64> = None;
-        for (layer, kept) in saved.iter_mut().enumerate() {
-            for j in 0..width {
-                if let Some(p) = previous {
-                    plan.on_read(p);
-                }
-                if j == 0
-                    && let Some(p) = params[layer]
-                {
-                    plan.on_read(p);
-                }
-                let t = create(plan, (layer * width + j) as u64 + 1, 100, &mut live);
-                kept.push(t);
-                previous = Some(t);
-            }
-        }
-        let mut grad: Option<u64> = None;
-        for layer in (0..layers).rev() {
-            for (j, &t) in saved[layer].iter().enumerate().rev() {
-                plan.on_read(t);
-                if let Some(g) = grad {
-                    plan.on_read(g);
-                    plan.on_drop(g);
-                    live -= 100;
-                }
-                plan.on_drop(t);
-                live -= 100;
-                let token = (10_000 + layer * width + j) as u64;
-                grad = Some(create(plan, token, 100, &mut live));
-            }
-        }
+        let mut step = StepRecorder::new(limit);
+        let grad = forward_and_backward(plan, &mut step, &params, width, &mut live, None);
         for (param, state) in params.iter_mut().zip(&mut state) {
             if let Some(s) = *state {
                 plan.on_read(s);
@@ -243,9 +291,9 @@ fn training_steps_under(
                 plan.on_drop(p);
                 live -= 10;
             }
-            *param = Some(create(plan, 20_000, 10, &mut live));
+            *param = Some(step.create(plan, 20_000, 10, &mut live));
             if state_bytes > 0 {
-                let s = create(plan, 30_000, state_bytes, &mut live);
+                let s = step.create(plan, 30_000, state_bytes, &mut live);
                 states.push(s);
                 *state = Some(s);
             }
@@ -258,7 +306,7 @@ fn training_steps_under(
             plan.note_pressure();
         }
         live -= noise.other_live;
-        all.push(events);
+        all.push(step.events);
     }
     all
 }
@@ -653,61 +701,17 @@ fn accumulated_steps(
     let mut params: Vec<Option<u64>> = vec![None; layers];
     let mut all = Vec::new();
     for _ in 0..steps {
-        let mut events = Vec::new();
-        let mut position = 0usize;
-        let mut create = |plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64| {
-            *live += bytes;
-            let ordinal = plan.on_create(token, OP, bytes, *live, None, None);
-            if let Some(event) = plan.segment_event(ordinal, limit) {
-                events.push((position, event));
-            }
-            position += 1;
-            ordinal
-        };
+        let mut step = StepRecorder::new(limit);
         let mut weight_grads: Vec<Option<u64>> = vec![None; layers];
         for _ in 0..micro_batches {
-            let mut saved = vec![Vec::new(); layers];
-            let mut previous: Option<u64> = None;
-            for (layer, kept) in saved.iter_mut().enumerate() {
-                for j in 0..width {
-                    if let Some(p) = previous {
-                        plan.on_read(p);
-                    }
-                    if j == 0
-                        && let Some(p) = params[layer]
-                    {
-                        plan.on_read(p);
-                    }
-                    let t = create(plan, (layer * width + j) as u64 + 1, 100, &mut live);
-                    kept.push(t);
-                    previous = Some(t);
-                }
-            }
-            let mut grad: Option<u64> = None;
-            for layer in (0..layers).rev() {
-                for (j, &t) in saved[layer].iter().enumerate().rev() {
-                    plan.on_read(t);
-                    if let Some(g) = grad {
-                        plan.on_read(g);
-                        plan.on_drop(g);
-                        live -= 100;
-                    }
-                    plan.on_drop(t);
-                    live -= 100;
-                    let token = (10_000 + layer * width + j) as u64;
-                    grad = Some(create(plan, token, 100, &mut live));
-                }
-                let token = match weight_grads[layer] {
-                    Some(old) => {
-                        plan.on_read(old);
-                        plan.on_drop(old);
-                        live -= 10;
-                        50_000
-                    }
-                    None => 40_000,
-                };
-                weight_grads[layer] = Some(create(plan, token, 10, &mut live));
-            }
+            let grad = forward_and_backward(
+                plan,
+                &mut step,
+                &params,
+                width,
+                &mut live,
+                Some(&mut weight_grads),
+            );
             if let Some(g) = grad {
                 plan.on_drop(g);
                 live -= 100;
@@ -724,9 +728,9 @@ fn accumulated_steps(
                 plan.on_drop(p);
                 live -= 10;
             }
-            *param = Some(create(plan, 20_000, 10, &mut live));
+            *param = Some(step.create(plan, 20_000, 10, &mut live));
         }
-        all.push(events);
+        all.push(step.events);
     }
     all
 }
