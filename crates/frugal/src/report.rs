@@ -170,6 +170,7 @@ impl fmt::Display for MemoryReport {
                     remat.compressions,
                     remat.compressed_bytes,
                 ),
+                ("  packed (0/1 as bool)", remat.packs, remat.packed_bytes),
             ] {
                 // The recomputed work beside what the forward pass made (see
                 // `RematStats::recompute_ratio`).

@@ -67,7 +67,9 @@ impl SegmentCuts {
     /// would otherwise hold the dropped tensors they were computed from (a block's output
     /// product and its input) until the backward pass dropped them, memory the plan's
     /// simulation counts as free. A selection's cut evicts only the chosen tensors (see
-    /// [`Self::hold_chosen`]) the forward pass does not read again.
+    /// [`Self::hold_chosen`]) the forward pass does not read again. A random draw of only 0
+    /// and 1 (dropout's mask), which no cut can recompute, is packed into booleans instead
+    /// (see [`Evictable::pack`]).
     pub(crate) fn apply(&self, event: SegmentEvent, budget: &Budget) {
         match event {
             SegmentEvent::Open { .. } => {
@@ -102,8 +104,11 @@ impl SegmentCuts {
                     if last.is_some_and(|&last| last > position) {
                         return true;
                     }
+                    // A random draw of only 0 and 1 is packed: it cannot be recomputed.
                     if cell.status() == Status::Resident && cell.evict() {
                         evicted.push((*ordinal, Arc::downgrade(&cell)));
+                    } else if cell.info().packed.is_some() {
+                        cell.pack();
                     }
                     false
                 });
@@ -141,8 +146,10 @@ impl SegmentCuts {
                         if read_later {
                             info.mark_checkpoint();
                             cell.forget_recipe();
-                        } else if cell.status() == Status::Resident {
-                            cell.evict();
+                        } else if cell.status() == Status::Resident && !cell.evict() {
+                            // What cannot be recomputed stays, packed if it holds only 0
+                            // and 1 (dropout's mask).
+                            cell.pack();
                         }
                     }
                 }

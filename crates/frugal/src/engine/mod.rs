@@ -24,8 +24,8 @@ use crate::vocabulary::OpId;
 use cuts::SegmentCuts;
 use host_share::{HostShare, PROCESS_HOST_SHARE};
 pub(crate) use plan::{CHAIN_DEPTH, SegmentEvent, StepPlan};
-pub(crate) use policy::Candidate;
 pub use policy::{Action, EvictionMode, Policy};
+pub(crate) use policy::{Candidate, Shrink};
 use reclaim::OffloadBatch;
 pub(crate) use reclaim::Reclaim;
 pub use stats::RematStats;
@@ -39,7 +39,8 @@ pub(crate) enum Status {
     Offloaded,
     /// In a [`HostBatch`] that has not been read yet.
     Offloading,
-    /// On the device in a lower-precision storage type, cast back when read.
+    /// On the device in fewer bytes: in a lower-precision storage type, cast back when read,
+    /// or packed into booleans (a tensor of only 0 and 1), made a float again when read.
     Compressed,
     Gone,
 }
@@ -63,6 +64,8 @@ pub(crate) struct Made {
     pub(crate) cost: f64,
     /// It was made by the forward pass (an activation).
     pub(crate) forward: bool,
+    /// The bytes it would hold packed, if it can be (see [`CellInfo::packed`]).
+    pub(crate) packed: Option<u64>,
 }
 
 /// What the budget's step plan says of a tensor being made (see [`Budget::on_create`]).
@@ -110,6 +113,9 @@ pub(crate) struct CellInfo {
     /// Kept across a cut of the forward pass's segments (see [`Self::mark_checkpoint`]).
     checkpoint: AtomicBool,
     dead: AtomicBool,
+    /// The bytes it would hold packed into booleans, if it holds only 0 and 1 (dropout's
+    /// mask) and packing frees bytes (see [`Evictable::pack`]).
+    pub(crate) packed: Option<u64>,
 }
 
 impl CellInfo {
@@ -135,7 +141,13 @@ impl CellInfo {
             outlives_step: AtomicBool::new(false),
             checkpoint: AtomicBool::new(false),
             dead: AtomicBool::new(false),
+            packed: None,
         }
+    }
+
+    /// The same cell, packable into `packed` bytes (see [`Self::packed`]).
+    pub(crate) fn with_packed(self, packed: Option<u64>) -> Self {
+        Self { packed, ..self }
     }
 
     /// Whether the step plan expects it to outlive the step.
@@ -206,6 +218,9 @@ pub(crate) trait Evictable: Send + Sync {
     /// Keeps the data on the device in the budget's 16-bit storage type; whether it was
     /// compressed (resident, unpinned, unshared f32 only).
     fn compress(&self) -> bool;
+    /// Keeps a tensor of only 0 and 1 on the device as booleans, exactly (see
+    /// [`CellInfo::packed`]); whether it was packed (resident, unpinned, unshared only).
+    fn pack(&self) -> bool;
     /// An empty batch for offloading cells of this one's backend together.
     fn host_batch(&self) -> Box<dyn HostBatch>;
     /// Moves the data into `batch` (made by [`Self::host_batch`] of a cell of the same
@@ -426,14 +441,10 @@ impl Budget {
         let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
         let before = plan.figures();
         let Made {
-            token,
-            op,
-            bytes,
-            live,
-            recompute,
             owner,
             cost,
             forward,
+            ..
         } = made;
         // A view or a move onto a buffer that exists did no work of its own.
         if owner.is_none() {
@@ -443,7 +454,7 @@ impl Budget {
             }
         }
         self.watch_recomputation();
-        let ordinal = plan.on_create(token, op, bytes, live, recompute, owner);
+        let ordinal = plan.on_create(&made);
         let segments = scope_opened_at
             .is_none_or(|at| before.period > 0 && ordinal >= at.saturating_add(2 * before.period));
         // A segment's end drops tensors to recompute them: not when the policy only offloads.
@@ -700,6 +711,17 @@ impl Budget {
         self.counters.add(Counter::decompressions, 1);
     }
 
+    /// A tensor of `bytes` packed into booleans.
+    pub(crate) fn count_pack(&self, bytes: u64) {
+        self.counters.add(Counter::packs, 1);
+        self.counters.add(Counter::packed_bytes, bytes);
+    }
+
+    /// A packed tensor made a float again.
+    pub(crate) fn count_unpack(&self) {
+        self.counters.add(Counter::unpacks, 1);
+    }
+
     /// A host copy freed.
     pub(crate) fn host_release(&self, bytes: u64) {
         self.counters.sub(Counter::host_bytes, bytes);
@@ -828,6 +850,9 @@ mod tests {
             unimplemented!("the engine's tests restore nothing")
         }
         fn compress(&self) -> bool {
+            false
+        }
+        fn pack(&self) -> bool {
             false
         }
         fn host_batch(&self) -> Box<dyn HostBatch> {

@@ -30,6 +30,9 @@ pub enum Action {
     /// [`crate::memory::set_storage_precision`]), cast back to f32 when it is read. Lossy: the
     /// restored tensor is the f32 value of the rounded one.
     Compress,
+    /// Keep a tensor of only 0 and 1 (dropout's mask) on the device as booleans, made a float
+    /// again when it is read. Exact, and a quarter of an f32 tensor's bytes.
+    Pack,
 }
 
 /// Which actions the policy may choose from.
@@ -101,6 +104,41 @@ impl Default for Policy {
 /// bytes per element, then read 2 and write 4: 12 bytes per 4-byte element.
 pub const COMPRESS_COST_PER_BYTE: f64 = 3.0;
 
+/// How a tensor can be kept on the device in fewer bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shrink {
+    /// In the budget's 16-bit storage type: half of an f32 tensor's bytes (lossy).
+    Compress,
+    /// As booleans, in `packed` bytes (exact: its elements are only 0 and 1).
+    Pack { packed: u64 },
+}
+
+impl Shrink {
+    /// The bytes shrinking a tensor of `bytes` frees.
+    fn frees(self, bytes: f64) -> f64 {
+        match self {
+            Shrink::Compress => bytes / 2.0,
+            Shrink::Pack { packed } => bytes - packed as f64,
+        }
+    }
+
+    /// Device memory traffic of shrinking a tensor of `bytes` and restoring it.
+    fn cost(self, bytes: f64) -> f64 {
+        match self {
+            Shrink::Compress => COMPRESS_COST_PER_BYTE * bytes,
+            // Read it and write the booleans; read them and write it again.
+            Shrink::Pack { packed } => 2.0 * (bytes + packed as f64),
+        }
+    }
+
+    fn action(self) -> Action {
+        match self {
+            Shrink::Compress => Action::Compress,
+            Shrink::Pack { .. } => Action::Pack,
+        }
+    }
+}
+
 /// One resident tensor that may be evicted, scored.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Candidate {
@@ -133,16 +171,17 @@ impl Candidate {
 }
 
 impl Candidate {
-    /// Scores a tensor that frees `bytes` when evicted, whose recomputation would cost `recompute` (`None`: it cannot be
-    /// recomputed) and which may be compressed to `compress`, or `None` if the policy allows no
-    /// action for it. Each action's cost is divided by the bytes it frees.
+    /// Scores a tensor that frees `bytes` when evicted, whose recomputation would cost
+    /// `recompute` (`None`: it cannot be recomputed) and which may be kept in fewer bytes by
+    /// `shrink`, or `None` if the policy allows no action for it. Each action's cost is divided
+    /// by the bytes it frees.
     pub(crate) fn new(
         cell: &CellInfo,
         bytes: u64,
         now: u64,
         recompute: Option<f64>,
         can_offload: bool,
-        compress: Option<burn_backend::DType>,
+        shrink: Option<Shrink>,
         policy: &Policy,
     ) -> Option<Self> {
         let bytes = bytes as f64;
@@ -160,14 +199,15 @@ impl Candidate {
             (EvictionMode::Auto, None, Some(o)) => (Some(o), Action::Offload),
             _ => (None, Action::Recompute),
         };
-        // Cost per byte freed: compression frees half of an f32 tensor.
+        // Cost per byte freed: shrinking frees only part of a tensor.
         let per_byte = cost.map(|c| (c + 1.0) / bytes);
-        let compress_per_byte =
-            compress.map(|_| (COMPRESS_COST_PER_BYTE * bytes + 1.0) / (bytes / 2.0));
-        let (per_byte, action) = match (per_byte, compress_per_byte) {
-            (Some(p), Some(c)) if c < p || action == Action::Offload => (c, Action::Compress),
+        let shrink_per_byte = shrink
+            .filter(|s| s.frees(bytes) > 0.0)
+            .map(|s| ((s.cost(bytes) + 1.0) / s.frees(bytes), s.action()));
+        let (per_byte, action) = match (per_byte, shrink_per_byte) {
+            (Some(p), Some((c, shrink))) if c < p || action == Action::Offload => (c, shrink),
             (Some(p), _) => (p, action),
-            (None, Some(c)) => (c, Action::Compress),
+            (None, Some((c, shrink))) => (c, shrink),
             (None, None) => return None,
         };
         // How soon it is needed again: predicted by the step plan when it knows the step

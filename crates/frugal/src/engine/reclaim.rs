@@ -536,6 +536,7 @@ struct OffloadableGroup {
 fn apply(action: Action, cell: &Arc<dyn Evictable>) -> bool {
     match action {
         Action::Compress => cell.compress(),
+        Action::Pack => cell.pack(),
         _ => cell.evict(),
     }
 }

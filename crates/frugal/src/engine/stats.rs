@@ -98,6 +98,13 @@ remat_stats! {
     event compressed_bytes,
     /// Compressed tensors cast back when read.
     event decompressions,
+    /// Tensors of only 0 and 1 (dropout's masks) kept on the device as booleans: exact, a
+    /// quarter of an f32 tensor's bytes.
+    event packs,
+    /// Their bytes before packing.
+    event packed_bytes,
+    /// Packed tensors made floats again when read.
+    event unpacks,
     /// The training step the plan learned, in managed tensors created per step (0: none yet;
     /// the budget then scores tensors by staleness).
     level plan_period,

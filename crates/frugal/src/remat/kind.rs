@@ -4,7 +4,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use burn_backend::ops::TransactionPrimitive;
-use burn_backend::{Backend, DType, TensorData, TensorMetadata};
+use burn_backend::{Backend, BoolStore, DType, TensorData, TensorMetadata};
 
 use super::CellDyn;
 use crate::engine::HostBatch;
@@ -23,6 +23,24 @@ pub(crate) trait Kind<B: Backend>: Send + Sync + 'static {
     fn compress(tensor: Self::Prim, low: DType) -> Self::Prim;
     /// A compressed tensor cast back to its type `dtype`.
     fn decompress(tensor: Self::Prim, dtype: DType) -> Self::Prim;
+    /// The bytes `tensor` would hold packed by [`Self::pack`], if that is fewer than it holds
+    /// now (float kinds only).
+    fn packed_bytes(tensor: &Self::Prim) -> Option<u64>;
+    /// A tensor that holds only 0 and 1 (a Bernoulli draw: a dropout mask) as the device's
+    /// narrowest booleans: exact, a quarter of an f32 tensor's bytes.
+    fn pack(tensor: Self::Prim) -> B::BoolTensorPrimitive;
+    /// A packed tensor as the float type `dtype` again, bit for bit.
+    fn unpack(packed: B::BoolTensorPrimitive, dtype: DType) -> Self::Prim;
+}
+
+/// The boolean type a packed tensor is stored in on `device`: one byte where the device has
+/// it, else its default (four bytes on wgpu, where packing then frees nothing of an f32).
+fn packed_store<B: Backend>(device: &B::Device) -> BoolStore {
+    if B::supports_dtype(device, DType::Bool(BoolStore::U8)) {
+        BoolStore::U8
+    } else {
+        burn_backend::get_device_settings::<B>(device).bool_dtype
+    }
 }
 
 /// Where one tensor's data is in a transaction's result.
@@ -59,6 +77,15 @@ macro_rules! kinds {
             fn decompress(tensor: Self::Prim, dtype: DType) -> Self::Prim {
                 kinds!(@cast $cast, tensor, dtype)
             }
+            fn packed_bytes(tensor: &Self::Prim) -> Option<u64> {
+                kinds!(@packed_bytes $cast, tensor)
+            }
+            fn pack(tensor: Self::Prim) -> B::BoolTensorPrimitive {
+                kinds!(@pack $cast, tensor)
+            }
+            fn unpack(packed: B::BoolTensorPrimitive, dtype: DType) -> Self::Prim {
+                kinds!(@unpack $cast, packed, dtype)
+            }
         }
     )*};
     (@upload Quantized, $data:ident, $device:ident, $from:ident) => {
@@ -67,6 +94,31 @@ macro_rules! kinds {
     (@upload $slot:ident, $data:ident, $device:ident, $from:ident) => {
         $crate::kernels::try_upload::<Self::Prim, B::Device>($data, $device)
             .unwrap_or_else(|data| B::$from(data, $device))
+    };
+    (@packed_bytes none, $t:ident) => {{
+        let _ = $t;
+        None
+    }};
+    (@packed_bytes $cast:ident, $t:ident) => {{
+        let store = packed_store::<B>(&B::float_device($t));
+        let elements = $t.shape().num_elements() as u64;
+        let packed = elements * DType::Bool(store).size() as u64;
+        (packed < elements * $t.dtype().size() as u64).then_some(packed)
+    }};
+    (@pack none, $t:ident) => {{
+        let _ = $t;
+        unreachable!("frugal: internal error: only float tensors are packed")
+    }};
+    (@pack $cast:ident, $t:ident) => {{
+        let store = packed_store::<B>(&B::float_device(&$t));
+        B::float_equal_elem($t, burn_backend::Scalar::Float(1.0), store)
+    }};
+    (@unpack none, $p:ident, $d:ident) => {{
+        let _ = ($p, $d);
+        unreachable!("frugal: internal error: only float tensors are packed")
+    }};
+    (@unpack $cast:ident, $p:ident, $d:ident) => {
+        B::bool_into_float($p, burn_std::FloatDType::from($d))
     };
     (@compressible none) => { false };
     (@compressible $cast:ident) => { true };

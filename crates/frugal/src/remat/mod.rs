@@ -34,6 +34,16 @@ use crate::ledger::Role;
 pub(crate) use cell::{Cell, CellCore};
 pub(crate) use kind::{BoolKind, FloatKind, IntKind, Kind, QuantKind};
 
+/// What a new tensor's elements are known to be, from the op that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Values {
+    /// Anything.
+    Any,
+    /// Only 0 and 1 (a Bernoulli draw, as dropout's mask): it can be packed exactly (see
+    /// [`Kind::pack`]).
+    Binary,
+}
+
 /// How to compute a cell again: a closure over its inputs' cells (or kept copies of unmanaged
 /// inputs) and the op's other arguments.
 pub(crate) struct Recipe<P> {

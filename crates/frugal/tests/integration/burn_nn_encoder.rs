@@ -6,9 +6,9 @@
 //! burn-train's `Learner` does) only so that the counters tell forward work apart.
 //!
 //! Its attention computes `softmax(mask_fill(q·kᵀ / √d))` one op at a time, and its dropout
-//! keeps each random draw for the backward pass: at the step's peak, most held bytes are
-//! random draws (never recomputed) and outputs NdArray wrote over their inputs, so the plan
-//! cuts segments rather than a selection.
+//! keeps each random draw for the backward pass: at the step's peak, many held bytes are
+//! random draws, never recomputed but packed into booleans (exactly: they hold only 0 and 1),
+//! and outputs NdArray wrote over their inputs.
 
 use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray};
@@ -159,15 +159,23 @@ fn burn_nns_transformer_encoder_under_half_and_a_third_of_its_peak() {
         let (losses, steps) = budgeted(fraction);
         assert_eq!(losses, plain, "losses at {fraction:.2} of the peak");
         let ratios: Vec<f64> = steps.iter().map(RematStats::recompute_ratio).collect();
+        let packs: Vec<u64> = steps.iter().map(|s| s.packs).collect();
         eprintln!(
             "encoder at {fraction:.2} of its peak: recomputed / forward work by step {ratios:.2?}, \
-             selected {} B, segments {}",
+             masks packed by step {packs:?}, selected {} B, segments {}",
             steps.last().map_or(0, |s| s.plan_selected_bytes),
             steps.last().map_or(0, |s| s.plan_segments),
         );
-        // Steps 0 to 2 run before the plan knows the step, the fourth under its first cuts.
+        // Dropout's masks cannot be recomputed; under the plan they are packed.
         assert!(
-            ratios[4..]
+            packs[4..].iter().all(|&packs| packs > 0),
+            "at {fraction:.2} of the peak no dropout mask was packed under the plan: {packs:?}"
+        );
+        // Steps 0 to 2 run before the plan knows the step, the fourth under its first cuts;
+        // if the budget still evicted under them, the fifth tries smaller segments once (and
+        // the plan goes back if they evict no less).
+        assert!(
+            ratios[5..]
                 .iter()
                 .all(|&ratio| ratio <= frugal::RECOMPUTE_RATIO_LIMIT),
             "at {fraction:.2} of the peak the steps under the plan recompute more than their \

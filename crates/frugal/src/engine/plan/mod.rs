@@ -57,6 +57,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::Made;
 use crate::vocabulary::OpId;
 
 use period::Candidate;
@@ -143,6 +144,9 @@ pub(crate) struct StepPlan {
     shared: Vec<bool>,
     /// The op that made each tensor in `tokens`.
     ops: Vec<OpId>,
+    /// The bytes each tensor in `tokens` would hold packed into booleans, if it can be (see
+    /// [`crate::engine::CellInfo::packed`]).
+    packed: Vec<Option<u64>>,
     /// What recomputing each tensor in `tokens` from its inputs costs per byte it holds
     /// (infinite: it cannot be recomputed alone).
     cost_per_byte: Vec<f32>,
@@ -188,6 +192,7 @@ impl Default for StepPlan {
             reads: HashMap::new(),
             bytes: Vec::new(),
             ops: Vec::new(),
+            packed: Vec::new(),
             shared: Vec::new(),
             cost_per_byte: Vec::new(),
             live: Vec::new(),
@@ -218,26 +223,27 @@ impl StepPlan {
         self.segments.as_ref().map(|s| s.position(ordinal))
     }
 
-    /// Records a new managed tensor with `token` of `bytes`, made by `op` when `live` bytes
-    /// were live on the device; returns its ordinal. `recompute`: what re-running its op
-    /// alone would cost (see [`crate::vocabulary::cost::op_cost`]), if the tensor could be dropped and
-    /// recomputed from its inputs (not a view, not a random draw). `owner`: the ordinal of
-    /// the tensor whose buffer it shares, if any: it is recorded as holding no bytes of its
-    /// own, and its reads are recorded as the owner's too (see [`Self::on_read`]'s callers).
-    pub(crate) fn on_create(
-        &mut self,
-        token: u64,
-        op: OpId,
-        bytes: u64,
-        live: u64,
-        recompute: Option<f64>,
-        owner: Option<u64>,
-    ) -> u64 {
+    /// Records a new managed tensor (see [`Made`]); returns its ordinal. A tensor that shares
+    /// an earlier one's buffer (`owner`) is recorded as holding no bytes of its own, and its
+    /// reads are recorded as the owner's too (see [`Self::on_read`]'s callers); one with no
+    /// `recompute` cost cannot be dropped and recomputed (a view, a random draw).
+    pub(crate) fn on_create(&mut self, made: &Made) -> u64 {
+        let &Made {
+            token,
+            op,
+            bytes,
+            live,
+            recompute,
+            owner,
+            packed,
+            ..
+        } = made;
         let ordinal = self.next_ordinal();
         self.tokens.push(token);
         self.bytes.push(bytes);
         self.shared.push(owner.is_some());
         self.ops.push(op);
+        self.packed.push(packed);
         self.cost_per_byte.push(match recompute {
             Some(cost) if bytes > 0 && owner.is_none() => (cost / bytes as f64) as f32,
             _ => f32::INFINITY,

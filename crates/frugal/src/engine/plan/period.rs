@@ -107,6 +107,7 @@ impl StepPlan {
         self.tokens.drain(..drop);
         self.bytes.drain(..drop);
         self.ops.drain(..drop);
+        self.packed.drain(..drop);
         self.shared.drain(..drop);
         self.cost_per_byte.drain(..drop);
         self.live.drain(..drop);

@@ -36,6 +36,10 @@ pub(super) struct StepRecord {
     /// Whether the op that made the tensor at each position replays identically (a random
     /// draw or an upload does not, and no cut can evict what it made).
     pub(super) replayable: Vec<bool>,
+    /// The bytes the tensor made at each position would hold packed into booleans, if it can
+    /// be (a random draw of only 0 and 1, as dropout's mask: see
+    /// [`crate::engine::CellInfo::packed`]).
+    pub(super) packed: Vec<Option<u64>>,
 }
 
 impl StepRecord {
@@ -257,6 +261,9 @@ impl StepPlan {
                     let op = self.ops[index(first + (start_at as u64 + position) % period)];
                     op.facts().replayable
                 })
+                .collect(),
+            packed: (0..period)
+                .map(|position| self.packed[index(first + (start_at as u64 + position) % period)])
                 .collect(),
         };
         Some((record, anchor))

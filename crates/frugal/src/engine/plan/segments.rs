@@ -367,13 +367,14 @@ impl StepPlan {
                 log::debug!(
                     "frugal: step plan: forward pass of {end} tensors, estimated peak \
                      {unsegmented} B over a budget of {limit} B: {} tensors of {} B dropped at \
-                     {} cuts and recomputed ({} of their inputs with them), {} B of optimizer \
-                     state ({count} tensors) parked in host memory until position {}, \
-                     estimated peak {} B (aim {target} B)",
+                     {} cuts and recomputed ({} of their inputs with them; {} random draws \
+                     packed instead), {} B of optimizer state ({count} tensors) parked in host \
+                     memory until position {}, estimated peak {} B (aim {target} B)",
                     selection.count,
                     selection.bytes,
                     selection.cuts.len() - 1,
                     selection.chained,
+                    selection.packed,
                     parked.bytes,
                     parked.until,
                     selection.peak,

@@ -45,12 +45,15 @@ pub(super) struct Selection {
     pub(super) bytes: u64,
     /// Inputs dropped and recomputed with them (see [`CHAIN_DEPTH`]).
     pub(super) chained: u64,
+    /// Chosen tensors packed into booleans rather than dropped (random draws of only 0 and
+    /// 1, as dropout's masks).
+    pub(super) packed: u64,
 }
 
 impl StepRecord {
     /// Selective recomputation, Checkmate's problem solved greedily: which tensors of the
-    /// forward pass to drop after its last read of them and recompute, when the backward pass
-    /// first reads them, so that the simulated step's peak is at most `target`. While the peak
+    /// forward pass to drop after its last read of them and recompute (or, for a random draw
+    /// of only 0 and 1, pack into booleans), when the backward pass first reads them, so that the simulated step's peak is at most `target`. While the peak
     /// is over, the tensor recomputed most cheaply per byte among those held across the peak
     /// is chosen (an activation's output before a layer norm's, before a product's). A tensor
     /// is dropped as the next tensor after the forward pass's last read of it is made. Each of
@@ -115,8 +118,16 @@ impl StepRecord {
             }
             Some(chain)
         };
+        // A random draw of only 0 and 1 is packed rather than dropped: it frees all but its
+        // packed bytes, and costs the traffic of packing and unpacking it.
+        let packs = |i: usize| !self.cost_per_byte[i].is_finite() && self.packed[i].is_some();
+        let freed = |i: usize, at: usize| match packs(i) {
+            true => self.bytes[at].saturating_sub(self.packed[at].unwrap_or(0)),
+            false => self.bytes[at],
+        };
         let mut candidates: Vec<Candidate> = (0..end)
-            .filter(|&i| self.cost_per_byte[i].is_finite() && self.bytes[i] >= min_bytes.max(1))
+            .filter(|&i| self.cost_per_byte[i].is_finite() || packs(i))
+            .filter(|&i| freed(i, i) >= min_bytes.max(1))
             .filter_map(|i| {
                 // Dropped as the tensor after the forward pass's last read of it is made (a
                 // cut is handed out before the cell it is made for exists); a cut at the
@@ -131,7 +142,10 @@ impl StepRecord {
                     .map(|&pass| {
                         let (at, dropped) = (pass as usize + i, pass + drop_at);
                         let &back = self.reads[at].iter().find(|&&r| r > dropped)?;
-                        let chain = links(i, pass as usize, back)?;
+                        let chain = match packs(i) {
+                            true => Chain::default(),
+                            false => links(i, pass as usize, back)?,
+                        };
                         Some(Span {
                             dropped,
                             back,
@@ -142,6 +156,10 @@ impl StepRecord {
                 let members = &spans.first()?.chain.members;
                 let work = |j: usize| self.cost_per_byte[j] as f64 * self.bytes[j] as f64;
                 let cost = match members.is_empty() {
+                    true if packs(i) => {
+                        let (bytes, packed) = (self.bytes[i], self.packed[i].unwrap_or(0));
+                        2.0 * (bytes + packed) as f64 / freed(i, i) as f64
+                    }
                     true => self.cost_per_byte[i] as f64,
                     false => {
                         (work(i) + members.iter().map(|&j| work(j)).sum::<f64>())
@@ -178,7 +196,7 @@ impl StepRecord {
         let mut chained = vec![false; end];
         // Inputs of a chosen tensor or of its chain: recomputing it needs them, so they stay.
         let mut feeds = vec![false; end];
-        let (mut count, mut bytes) = (0u64, 0u64);
+        let (mut count, mut bytes, mut packed) = (0u64, 0u64, 0u64);
         loop {
             let (at, &most) = held
                 .iter()
@@ -223,6 +241,7 @@ impl StepRecord {
                     count,
                     bytes,
                     chained: chained.iter().filter(|&&c| c).count() as u64,
+                    packed,
                 });
             }
             let Some(pick) = pick else {
@@ -252,7 +271,7 @@ impl StepRecord {
                 let (pass, back) = (pass as usize, span.back as usize);
                 let at = pass + i;
                 for h in &mut held[span.dropped as usize + 1..back.min(p)] {
-                    *h -= self.bytes[at] as i64;
+                    *h -= freed(i, at) as i64;
                 }
                 for &j in &span.chain.small {
                     let j = pass + j;
@@ -276,6 +295,7 @@ impl StepRecord {
             }
             count += 1;
             bytes += self.bytes[i];
+            packed += packs(i) as u64;
         }
     }
 }

@@ -24,7 +24,8 @@ impl StepRecord {
     /// inclusive: the op that reads it last holds it beside its output. A tensor outliving the
     /// step is in `base_live`. A cut evicts every tensor made in the segment it closes that is
     /// read again only after the cut and is not a checkpoint, but for random draws (never
-    /// recomputed, they stay); the segment's evicted tensors
+    /// recomputed, they stay; one of only 0 and 1 is packed into booleans until its next
+    /// read); the segment's evicted tensors
     /// all come back at the first read of any of them, since recomputing the last of them
     /// (which the backward pass reads first) restores the chain before it; a checkpoint is
     /// held until then for every later segment that reads it. Views count as
@@ -71,15 +72,23 @@ impl StepRecord {
                 continue;
             };
             let position = (pass + offset as u64) as usize;
-            // What a random draw made stays where a cut leaves it: the cut evicts only what
-            // it can recompute.
-            if !self.replayable[position] {
-                continue;
-            }
             let evict_at = pass + cuts[next];
             let Some(&read) = self.reads[position].iter().find(|&&r| r > evict_at) else {
                 continue;
             };
+            // What a random draw made stays where a cut leaves it: the cut evicts only what
+            // it can recompute. A draw of only 0 and 1 is packed until its next read.
+            if !self.replayable[position] {
+                if let Some(packed) = self.packed[position] {
+                    let (from, to) = (evict_at as usize + 1, (read as usize).min(p));
+                    if from < to {
+                        let freed = self.bytes[position].saturating_sub(packed) as i64;
+                        change[from] -= freed;
+                        change[to] += freed;
+                    }
+                }
+                continue;
+            }
             restore[next - 1] = restore[next - 1].min(read);
             evicted.push((position, evict_at, next - 1));
         }

@@ -4,6 +4,22 @@ use super::segments::SEGMENT_SEARCH_STEP;
 use super::simulation::Parked;
 use super::*;
 
+/// A tensor of `bytes` with `token`, made by `op` when `live` bytes were live; it cannot be
+/// recomputed and shares no buffer.
+fn made(token: u64, op: OpId, bytes: u64, live: u64) -> Made {
+    Made {
+        token,
+        op,
+        bytes,
+        live,
+        recompute: None,
+        owner: None,
+        cost: 0.0,
+        forward: false,
+        packed: None,
+    }
+}
+
 /// The op of tensors whose op does not matter to a test.
 const OP: OpId = OpId::new(0);
 
@@ -12,7 +28,7 @@ fn run_steps(plan: &mut StepPlan, steps: usize, step: &[u64], gap: u64) -> Vec<u
     let mut ordinals = Vec::new();
     for _ in 0..steps {
         for &token in step {
-            let ordinal = plan.on_create(token, OP, 4, 0, None, None);
+            let ordinal = plan.on_create(&made(token, OP, 4, 0));
             ordinals.push(ordinal);
             if let Some(read) = ordinal.checked_sub(gap) {
                 plan.on_read(read);
@@ -43,7 +59,7 @@ fn the_learned_step_tells_the_op_and_bytes_of_the_next_tensor() {
     let mut plan = StepPlan::default();
     let create = |plan: &mut StepPlan, tokens: &[u64]| {
         for (i, &token) in tokens.iter().enumerate() {
-            let ordinal = plan.on_create(token, OpId::new(i as u16), 100 + i as u64, 0, None, None);
+            let ordinal = plan.on_create(&made(token, OpId::new(i as u16), 100 + i as u64, 0));
             if let Some(read) = ordinal.checked_sub(10) {
                 plan.on_read(read);
             }
@@ -77,7 +93,7 @@ fn a_tensor_read_until_its_successor_is_made_outlives_the_step() {
             {
                 plan.on_read(p);
             }
-            let ordinal = plan.on_create(token, OP, 4, 0, None, None);
+            let ordinal = plan.on_create(&made(token, OP, 4, 0));
             if i == 10
                 && let Some(p) = param
             {
@@ -193,7 +209,7 @@ impl StepRecorder {
     /// A new tensor of `bytes` with `token`, `live` bytes live after it.
     fn create(&mut self, plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64) -> u64 {
         *live += bytes;
-        let ordinal = plan.on_create(token, OP, bytes, *live, None, None);
+        let ordinal = plan.on_create(&made(token, OP, bytes, *live));
         if let Some(event) = plan.segment_event(ordinal, self.limit) {
             self.events.push((self.position, event));
         }
@@ -466,6 +482,7 @@ fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
         shared: vec![false; 8],
         cost_per_byte: vec![f32::INFINITY; 8],
         replayable: vec![true; 8],
+        packed: vec![None; 8],
     };
     // Held from creation to last read, inclusive: five tensors at positions 4 and 5.
     assert_eq!(record.simulate(&[0], &[], Parked::NONE), 50);
@@ -480,6 +497,10 @@ fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
     let mut drawn = record.clone();
     drawn.replayable[0] = false;
     assert_eq!(drawn.simulate(&cuts, &last_read, Parked::NONE), 50);
+    // A draw of only 0 and 1 (dropout's mask) is packed instead, from the cut until it is
+    // read again: 10 bytes in 2.
+    drawn.packed[0] = Some(2);
+    assert_eq!(drawn.simulate(&cuts, &last_read, Parked::NONE), 42);
     // Read across the cut as well, the first tensor is a checkpoint too and stays.
     let mut reads = record.reads.clone();
     reads[0] = vec![1, 3, 7];
@@ -516,6 +537,7 @@ fn the_simulated_step_holds_a_dropped_checkpoint_until_the_segment_after_it_come
         shared: vec![false; 10],
         cost_per_byte: vec![f32::INFINITY; 10],
         replayable: vec![true; 10],
+        packed: vec![None; 10],
     };
     let cuts = [0, 2, 4];
     let last_read = record.last_reads(&cuts);
@@ -557,6 +579,7 @@ fn a_selection_drops_the_cheapest_tensor_held_across_the_peak() {
             .chain([f32::INFINITY; 6])
             .collect(),
         replayable: vec![true; 9],
+        packed: vec![None; 9],
     };
     // Held from the step's start: 100 bytes at positions 4 to 6 (all of x, a, b).
     let cheap_a = record([2.0, 20.0]);
@@ -824,6 +847,7 @@ fn a_selection_recomputes_a_tensor_through_the_inputs_the_program_drops() {
             .chain([f32::INFINITY; 6])
             .collect(),
         replayable: vec![true; 12],
+        packed: vec![None; 12],
     };
     // Counted from the step's start (x's bytes are in `base_live`): the peak, 140 B at 7,
     // holds p; p's input m and m's input s are gone by the time the backward pass reads
@@ -843,4 +867,54 @@ fn a_selection_recomputes_a_tensor_through_the_inputs_the_program_drops() {
             .select(110, 120, 0, Parked::NONE)
             .is_none()
     );
+}
+
+#[test]
+fn a_selection_packs_a_random_draw_of_zeros_and_ones_it_cannot_recompute() {
+    // A forward pass of an input (0, counted in `base_live`) and four 40-byte tensors, each
+    // read by the next and by the backward pass (5..10) in reverse. The first (1) is a
+    // dropout mask: a Bernoulli draw, never recomputed, 10 bytes packed; the others cannot be
+    // recomputed either. At 5, the last is read while the backward pass's first is made:
+    // 161 B.
+    let record = StepRecord {
+        period: 10,
+        end: 5,
+        passes: vec![0],
+        base_live: 0,
+        live: vec![0; 10],
+        bytes: vec![1, 40, 40, 40, 40, 1, 1, 1, 1, 1],
+        reads: vec![
+            vec![1, 9],
+            vec![2, 8],
+            vec![3, 7],
+            vec![4, 6],
+            vec![5],
+            vec![6],
+            vec![7],
+            vec![8],
+            vec![9],
+            vec![],
+        ],
+        shared: vec![false; 10],
+        cost_per_byte: vec![f32::INFINITY; 10],
+        replayable: [true, false].into_iter().chain([true; 8]).collect(),
+        packed: [None, Some(10)].into_iter().chain([None; 8]).collect(),
+    };
+    assert_eq!(record.simulate(&[0], &[], Parked::NONE), 161);
+    // Packed after its last forward read (2), as the next tensor is made, until the backward
+    // pass reads it at 8: the peak loses 30 bytes.
+    let packed = record
+        .select(140, 140, 0, Parked::NONE)
+        .expect("packing the mask fits");
+    assert_eq!((packed.count, packed.packed, packed.peak), (1, 1, 131));
+    assert_eq!(packed.cuts, vec![0, 3]);
+    assert_eq!(packed.last_read[1], 2);
+    assert_eq!(
+        record.simulate(&packed.cuts, &packed.last_read, Parked::NONE),
+        131
+    );
+    // Without the packed size there is nothing to choose.
+    let mut unpackable = record.clone();
+    unpackable.packed[1] = None;
+    assert!(unpackable.select(140, 140, 0, Parked::NONE).is_none());
 }

@@ -89,7 +89,7 @@ pub(crate) use wrap_out;
 /// recipe that replays the op from `$caps`; other outputs are kept or offloaded only.
 macro_rules! wrap_managed {
     (@recipe $k:tt, $o:ident, $l:ident, $op:ident, [$($inner:tt)*], $caps:ident, $($arg:ident: $kind:tt),*) => {{
-        let (usable, inputs, sizes) = {
+        let (usable, inputs, sizes, values) = {
             #[allow(unused_variables)]
             let ($($arg,)*) = &$caps;
             let usable = $op.facts().replayable
@@ -99,7 +99,8 @@ macro_rules! wrap_managed {
             if usable {
                 $($crate::ops::push_cells!($kind, $arg, inputs);)*
             }
-            (usable, inputs, [$($crate::ops::arg_bytes!($kind, $arg)),*])
+            let values = $crate::ops::values_of!([$($inner)*] $($arg)*);
+            (usable, inputs, [$($crate::ops::arg_bytes!($kind, $arg)),*], values)
         };
         let storage = std::sync::Arc::new($l.charge(&$o, $op));
         let cost = $crate::vocabulary::cost::op_cost(
@@ -119,7 +120,7 @@ macro_rules! wrap_managed {
             inputs,
             view_of: None,
         });
-        $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($k)>($o, storage, recipe, cost)
+        $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($k)>($o, storage, recipe, cost, values)
     }};
     (F, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe F, $($rest)*) };
     (I, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe I, $($rest)*) };
@@ -131,6 +132,21 @@ macro_rules! wrap_managed {
     }};
 }
 pub(crate) use wrap_managed;
+
+/// What an op's output is known to hold, from its name and arguments: a Bernoulli draw holds
+/// only 0 and 1 (see [`crate::remat::Values`]).
+macro_rules! values_of {
+    ([float_random] $shape:ident $distribution:ident $device:ident $dtype:ident) => {
+        match $distribution {
+            burn_backend::Distribution::Bernoulli(_) => $crate::remat::Values::Binary,
+            _ => $crate::remat::Values::Any,
+        }
+    };
+    ([$($inner:tt)*] $($arg:ident)*) => {
+        $crate::remat::Values::Any
+    };
+}
+pub(crate) use values_of;
 
 /// The argument as a recipe passes it again, from what `managed_arg!` kept (`$c` is a
 /// reference to it).

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use burn_backend::Backend;
 
-use super::{Cell, Slot, State};
+use super::{Cell, SlotOf, State};
 use crate::engine::{CHAIN_DEPTH, Status};
 use crate::remat::Kind;
 
@@ -36,7 +36,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     /// live tensor can pin (e.g. parameters updated step after step).
     pub(super) fn keeps_recipe_when_dead(
         &self,
-        slot: &Slot<K::Prim>,
+        slot: &SlotOf<B, K>,
         max_depth: u32,
     ) -> Option<u32> {
         let depth = Self::can_recompute(slot, max_depth)?;

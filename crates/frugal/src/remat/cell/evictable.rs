@@ -8,7 +8,7 @@ use burn_backend::ops::TransactionPrimitive;
 use burn_backend::{Backend, DType};
 
 use super::{Cell, State};
-use crate::engine::{Candidate, CellInfo, Evictable, HostBatch, Policy, Status};
+use crate::engine::{Candidate, CellInfo, Evictable, HostBatch, Policy, Shrink, Status};
 use crate::remat::kind::{HostBatchOf, ReadSlot};
 use crate::remat::{CellDyn, Kind};
 use crate::units::LowPrecision;
@@ -92,17 +92,21 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
                         .map(|input| input.core().info.cost)
                         .sum::<f64>()
             });
-        let compress = (K::COMPRESSIBLE && !shared && !compressed && self.dtype == DType::F32)
-            .then(|| self.core.state.budget.storage())
-            .flatten()
-            .map(LowPrecision::dtype);
+        // Packing a tensor of only 0 and 1 is exact, so it needs no storage type chosen.
+        let shrink = match self.core.info.packed {
+            Some(packed) if !shared && !compressed => Some(Shrink::Pack { packed }),
+            _ => (K::COMPRESSIBLE && !shared && !compressed && self.dtype == DType::F32)
+                .then(|| self.core.state.budget.storage())
+                .flatten()
+                .map(|_| Shrink::Compress),
+        };
         Candidate::new(
             &self.core.info,
             freed,
             now,
             recompute,
             !self.core.info.strided && !shared,
-            compress,
+            shrink,
             policy,
         )
     }
@@ -161,6 +165,35 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
         drop(storage);
         self.core.state.budget.count_compress(self.core.info.bytes);
         slot.state = State::Compressed(low, compressed);
+        true
+    }
+
+    fn pack(&self) -> bool {
+        if self.core.info.packed.is_none() || self.core.pins.load(Relaxed) > 0 {
+            return false;
+        }
+        let Ok(mut slot) = self.slot.try_lock() else {
+            return false;
+        };
+        let State::Resident(_, storage) = &slot.state else {
+            return false;
+        };
+        if Arc::strong_count(storage) != 1 {
+            return false;
+        }
+        let State::Resident(tensor, storage) = std::mem::replace(&mut slot.state, State::Gone)
+        else {
+            unreachable!("checked above")
+        };
+        let packed = K::pack(tensor);
+        let packed_storage = Arc::new(self.core.state.charge_as(
+            &packed,
+            self.core.info.op,
+            self.core.role(),
+        ));
+        drop(storage);
+        self.core.state.budget.count_pack(self.core.info.bytes);
+        slot.state = State::Packed(packed, packed_storage);
         true
     }
 

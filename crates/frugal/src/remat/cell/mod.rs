@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
 
-use super::{CellDyn, CellOf, Kind, Recipe, ViewOf};
+use super::{CellDyn, CellOf, Kind, Recipe, Values, ViewOf};
 use crate::device::{DeviceState, NO_OWNER, Storage};
 use crate::engine::{CellInfo, Evictable, Made, Status};
 use crate::ledger::Role;
 
-enum State<P> {
+enum State<P, Q> {
     Resident(P, Arc<Storage>),
     Evicted,
     Offloaded(TensorData),
@@ -26,30 +26,33 @@ enum State<P> {
     /// not, instead of losing its data.
     Offloading(P, bool),
     Compressed(P, Arc<Storage>),
+    /// A tensor of only 0 and 1 kept as booleans (see [`Kind::pack`]): exact, unlike
+    /// `Compressed`; the engine sees both as compressed.
+    Packed(Q, Arc<Storage>),
     Gone,
 }
 
-impl<P> State<P> {
+impl<P, Q> State<P, Q> {
     fn status(&self) -> Status {
         match self {
             State::Resident(..) => Status::Resident,
             State::Evicted => Status::Evicted,
             State::Offloaded(_) => Status::Offloaded,
             State::Offloading(..) => Status::Offloading,
-            State::Compressed(..) => Status::Compressed,
+            State::Compressed(..) | State::Packed(..) => Status::Compressed,
             State::Gone => Status::Gone,
         }
     }
 }
 
-struct Slot<P> {
-    state: State<P>,
+struct Slot<P, Q> {
+    state: State<P, Q>,
     recipe: Option<Recipe<P>>,
     /// Length of the chain of evicted cells a restore of this one walks (0 when resident).
     depth: u32,
 }
 
-impl<P> Slot<P> {
+impl<P, Q> Slot<P, Q> {
     /// Resident (or compressed) to evicted: the data is dropped, and each recipe input counts
     /// this cell as a dependent until it is restored, so it stays restorable. Returns false,
     /// leaving the state as it was, when an input was consumed since it was checked (another
@@ -151,10 +154,14 @@ fn token(op: crate::vocabulary::OpId, shape: &Shape, dtype: DType) -> u64 {
     hasher.finish()
 }
 
+/// The slot of a cell of kind `K` on backend `B`.
+type SlotOf<B, K> =
+    Slot<<K as Kind<B>>::Prim, <B as burn_backend::BackendTypes>::BoolTensorPrimitive>;
+
 /// A managed tensor of kind `K` on backend `B`.
 pub(crate) struct Cell<B: Backend, K: Kind<B>> {
     core: CellCore,
-    slot: Mutex<Slot<K::Prim>>,
+    slot: Mutex<SlotOf<B, K>>,
     device: B::Device,
     shape: Shape,
     dtype: DType,
@@ -167,9 +174,10 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         storage: Arc<Storage>,
         recipe: Option<Recipe<K::Prim>>,
         cost: f64,
+        values: Values,
     ) -> Arc<Self> {
         let op = storage.op;
-        Self::create_made_by(tensor, storage, recipe, cost, op)
+        Self::create_made_by(tensor, storage, recipe, cost, op, values)
     }
 
     /// [`Self::create`] for a cell that `made_by` made over a storage another op allocated:
@@ -182,8 +190,14 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         recipe: Option<Recipe<K::Prim>>,
         cost: f64,
         made_by: crate::vocabulary::OpId,
+        values: Values,
     ) -> Arc<Self> {
         let state = storage.state;
+        // Packing a view would leave its buffer's other views unpacked: only a buffer's own
+        // tensor is packed.
+        let packed = (values == Values::Binary && storage.plan_owner.load(Relaxed) == NO_OWNER)
+            .then(|| K::packed_bytes(&tensor))
+            .flatten();
         let shape = tensor.shape();
         let owner = Some(storage.plan_owner.load(Relaxed)).filter(|&o| o != NO_OWNER);
         let made = Made {
@@ -198,6 +212,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             owner,
             cost,
             forward: storage.role() == Role::Activation,
+            packed,
         };
         let created =
             state
@@ -248,7 +263,8 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
                     scope,
                     strided,
                     (state.budget.tick(), ordinal, owner),
-                ),
+                )
+                .with_packed(packed),
                 state,
                 dependents: AtomicU32::new(0),
                 pins: AtomicU32::new(0),
@@ -278,7 +294,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         cell
     }
 
-    fn lock(&self) -> MutexGuard<'_, Slot<K::Prim>> {
+    fn lock(&self) -> MutexGuard<'_, SlotOf<B, K>> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -301,7 +317,10 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
 
     fn set_role(&self, role: Role) {
         self.core.role.store(role as u8, Relaxed);
-        if let State::Resident(_, storage) | State::Compressed(_, storage) = &self.lock().state {
+        if let State::Resident(_, storage)
+        | State::Compressed(_, storage)
+        | State::Packed(_, storage) = &self.lock().state
+        {
             storage.set_role(role);
         }
     }
@@ -383,6 +402,14 @@ impl<B: Backend, K: Kind<B>> CellDyn for Cell<B, K> {
                     Arc::new(state.charge_as(&tensor, self.core.info.op, self.core.role()));
                 drop(compressed);
                 state.budget.count_decompress();
+                slot.state = State::Resident(tensor, storage);
+            }
+            State::Packed(packed, storage) => {
+                let tensor = K::unpack(packed, self.dtype);
+                drop(storage);
+                let storage =
+                    Arc::new(state.charge_as(&tensor, self.core.info.op, self.core.role()));
+                state.budget.count_unpack();
                 slot.state = State::Resident(tensor, storage);
             }
             State::Offloading(..) => unreachable!("waited for above"),
@@ -539,7 +566,11 @@ impl<B: Backend, K: Kind<B>> Drop for Cell<B, K> {
                 }
             }
             State::Offloaded(data) => self.core.state.budget.host_release(data.bytes.len() as u64),
-            State::Resident(..) | State::Offloading(..) | State::Compressed(..) | State::Gone => {}
+            State::Resident(..)
+            | State::Offloading(..)
+            | State::Compressed(..)
+            | State::Packed(..)
+            | State::Gone => {}
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use burn_backend::Backend;
 
-use super::{Cell, CellCore, Restoring, Slot};
+use super::{Cell, CellCore, Restoring, SlotOf};
 use crate::engine::{Evictable, Reclaim, Status};
 use crate::remat::{CellDyn, Kind};
 
@@ -149,7 +149,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     /// bytes its eviction frees (a weight's gradient, read by the optimizer, recomputed from a
     /// layer's evicted activations): such a cell is offloaded rather than recomputed, since
     /// the restore chain would need that room, pinned, at once.
-    pub(super) fn restore_outweighs(slot: &Slot<K::Prim>, freed: u64) -> bool {
+    pub(super) fn restore_outweighs(slot: &SlotOf<B, K>, freed: u64) -> bool {
         let Some(recipe) = slot.recipe.as_ref() else {
             return false;
         };
@@ -167,7 +167,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         missing > RESTORE_OUTWEIGHS * freed
     }
 
-    pub(super) fn can_recompute(slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
+    pub(super) fn can_recompute(slot: &SlotOf<B, K>, max_depth: u32) -> Option<u32> {
         let recipe = slot.recipe.as_ref()?;
         let mut depth = 0;
         for input in &recipe.inputs {
@@ -185,7 +185,7 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
     /// As [`Self::can_recompute`] within `max_depth`; but a strided cell, which cannot be
     /// offloaded (a host copy would not keep its layout), may go deeper: recomputing a longer
     /// chain beats failing the budget.
-    pub(super) fn recompute_depth(&self, slot: &Slot<K::Prim>, max_depth: u32) -> Option<u32> {
+    pub(super) fn recompute_depth(&self, slot: &SlotOf<B, K>, max_depth: u32) -> Option<u32> {
         Self::can_recompute(slot, max_depth).or_else(|| {
             self.core
                 .info

@@ -38,7 +38,10 @@ fn exp_cell() -> (Arc<Cell<Nd, FloatKind>>, Vec<f32>) {
         inputs: Vec::new(),
         view_of: None,
     };
-    (Cell::create(out, storage, Some(recipe), 1.0), expected)
+    (
+        Cell::create(out, storage, Some(recipe), 1.0, Values::Any),
+        expected,
+    )
 }
 
 #[test]
@@ -112,7 +115,7 @@ fn dropping_the_last_handle_frees_a_cell_nothing_depends_on() {
     let device = Default::default();
     let lone = Nd::float_from_data(burn_backend::TensorData::from([1.0f32]), &device);
     let storage = Arc::new(state().charge(&lone, float::op(float::Op::float_exp)));
-    let lone = Cell::<NdArray, FloatKind>::create(lone, storage, None, 0.0);
+    let lone = Cell::<NdArray, FloatKind>::create(lone, storage, None, 0.0, Values::Any);
     drop(Handle::<Prim> { cell: lone.clone() });
     assert_eq!(lone.status(), Status::Gone);
 }
@@ -128,7 +131,7 @@ fn exp_of(input: &Arc<Cell<Nd, FloatKind>>) -> Arc<Cell<Nd, FloatKind>> {
         inputs: vec![input.clone() as Arc<dyn CellDyn>],
         view_of: None,
     };
-    Cell::create(out, storage, Some(recipe), 1.0)
+    Cell::create(out, storage, Some(recipe), 1.0, Values::Any)
 }
 
 #[test]
@@ -137,7 +140,7 @@ fn a_cell_that_forgets_its_recipe_lets_the_dropped_tensors_it_was_computed_from_
     let device = Default::default();
     let a = Nd::float_from_data(burn_backend::TensorData::from([1.0f32, 2.0]), &device);
     let storage = Arc::new(state().charge(&a, float::op(float::Op::float_exp)));
-    let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0);
+    let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0, Values::Any);
     let b = exp_of(&a);
     let c = exp_of(&b);
     let expected = values(c.get());
@@ -156,4 +159,37 @@ fn a_cell_that_forgets_its_recipe_lets_the_dropped_tensors_it_was_computed_from_
         !c.evict(),
         "a cell without a recipe cannot be dropped to be recomputed"
     );
+}
+
+#[test]
+fn a_packed_bernoulli_draw_comes_back_bit_for_bit_from_a_quarter_of_its_bytes() {
+    let device = Default::default();
+    let draw = Nd::float_random(
+        [256].into(),
+        burn_backend::Distribution::Bernoulli(0.7),
+        &device,
+        burn_std::FloatDType::F32,
+    );
+    let expected = values(draw.clone());
+    assert!(expected.contains(&0.0) && expected.contains(&1.0));
+    let random = float::op(float::Op::float_random);
+    let storage = Arc::new(state().charge(&draw, random));
+    let cell = Cell::<Nd, FloatKind>::create(draw, storage, None, 0.0, Values::Binary);
+    assert_eq!(cell.info().packed, Some(256));
+    let before = state().budget.stats();
+    assert!(cell.pack());
+    assert_eq!(cell.status(), Status::Compressed);
+    match &cell.lock().state {
+        State::Packed(_, storage) => assert_eq!(storage.bytes, 256),
+        _ => panic!("a packed cell holds booleans"),
+    }
+    assert_eq!(values(cell.get()), expected);
+    assert_eq!(cell.status(), Status::Resident);
+    let after = state().budget.stats();
+    assert!(after.packs > before.packs && after.unpacks > before.unpacks);
+    // A tensor not known to hold only 0 and 1 is never packed.
+    let (exp, _) = exp_cell();
+    assert_eq!(exp.info().packed, None);
+    assert!(!exp.pack());
+    assert_eq!(exp.status(), Status::Resident);
 }
