@@ -40,6 +40,40 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         slot.state = State::Offloading(tensor.clone(), compressed);
         Some(K::push_read(tensor, transaction))
     }
+
+    /// Replaces a resident, unpinned, unshared cell's tensor by what `into` makes of it (kept
+    /// in fewer bytes), freeing its buffer; whether it did.
+    fn shrink(&self, into: impl FnOnce(K::Prim) -> State<K::Prim, B::BoolTensorPrimitive>) -> bool {
+        if self.core.pins.load(Relaxed) > 0 {
+            return false;
+        }
+        let Ok(mut slot) = self.slot.try_lock() else {
+            return false;
+        };
+        let State::Resident(_, storage) = &slot.state else {
+            return false;
+        };
+        if Arc::strong_count(storage) != 1 {
+            return false;
+        }
+        let State::Resident(tensor, storage) = std::mem::replace(&mut slot.state, State::Gone)
+        else {
+            unreachable!("checked above")
+        };
+        let shrunk = into(tensor);
+        drop(storage);
+        slot.state = shrunk;
+        true
+    }
+
+    /// A buffer's charge for `tensor`, which stands for this cell.
+    fn charge<P: burn_backend::TensorMetadata>(&self, tensor: &P) -> Arc<crate::device::Storage> {
+        Arc::new(
+            self.core
+                .state
+                .charge_as(tensor, self.core.info.op, self.core.role()),
+        )
+    }
 }
 
 impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
@@ -140,61 +174,27 @@ impl<B: Backend, K: Kind<B>> Evictable for Cell<B, K> {
         let Some(low) = self.core.state.budget.storage().map(LowPrecision::dtype) else {
             return false;
         };
-        if !K::COMPRESSIBLE || self.dtype != DType::F32 || self.core.pins.load(Relaxed) > 0 {
+        if !K::COMPRESSIBLE || self.dtype != DType::F32 {
             return false;
         }
-        let Ok(mut slot) = self.slot.try_lock() else {
-            return false;
-        };
-        let State::Resident(_, storage) = &slot.state else {
-            return false;
-        };
-        if Arc::strong_count(storage) != 1 {
-            return false;
-        }
-        let State::Resident(tensor, storage) = std::mem::replace(&mut slot.state, State::Gone)
-        else {
-            unreachable!("checked above")
-        };
-        let low = K::compress(tensor, low);
-        let compressed = Arc::new(self.core.state.charge_as(
-            &low,
-            self.core.info.op,
-            self.core.role(),
-        ));
-        drop(storage);
-        self.core.state.budget.count_compress(self.core.info.bytes);
-        slot.state = State::Compressed(low, compressed);
-        true
+        self.shrink(|tensor| {
+            let low = K::compress(tensor, low);
+            let storage = self.charge(&low);
+            self.core.state.budget.count_compress(self.core.info.bytes);
+            State::Compressed(low, storage)
+        })
     }
 
     fn pack(&self) -> bool {
-        if self.core.info.packed.is_none() || self.core.pins.load(Relaxed) > 0 {
+        if self.core.info.packed.is_none() {
             return false;
         }
-        let Ok(mut slot) = self.slot.try_lock() else {
-            return false;
-        };
-        let State::Resident(_, storage) = &slot.state else {
-            return false;
-        };
-        if Arc::strong_count(storage) != 1 {
-            return false;
-        }
-        let State::Resident(tensor, storage) = std::mem::replace(&mut slot.state, State::Gone)
-        else {
-            unreachable!("checked above")
-        };
-        let packed = K::pack(tensor);
-        let packed_storage = Arc::new(self.core.state.charge_as(
-            &packed,
-            self.core.info.op,
-            self.core.role(),
-        ));
-        drop(storage);
-        self.core.state.budget.count_pack(self.core.info.bytes);
-        slot.state = State::Packed(packed, packed_storage);
-        true
+        self.shrink(|tensor| {
+            let packed = K::pack(tensor);
+            let storage = self.charge(&packed);
+            self.core.state.budget.count_pack(self.core.info.bytes);
+            State::Packed(packed, storage)
+        })
     }
 
     fn host_batch(&self) -> Box<dyn HostBatch> {
