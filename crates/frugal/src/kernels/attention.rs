@@ -68,6 +68,47 @@ fn plan(
     Some((shape, strides, dtype))
 }
 
+/// [`plan`] for CubeCL tensors: `q`, `k`, `v`, the bias and the `others` read beside them
+/// (one dtype for all).
+fn plan_cube<R: CubeRuntime>(
+    [q, k, v]: [&CubeTensor<R>; 3],
+    bias: Option<&CubeTensor<R>>,
+    others: &[&CubeTensor<R>],
+    call: &AttentionCall,
+) -> Option<(
+    AttentionShape,
+    Option<[usize; 3]>,
+    frugal_kernels::FloatDtype,
+)> {
+    let dtypes: Vec<DType> = [q, k, v]
+        .into_iter()
+        .chain(others.iter().copied())
+        .chain(bias)
+        .map(|t| t.dtype)
+        .collect();
+    plan(
+        q.meta.shape(),
+        k.meta.shape(),
+        v.meta.shape(),
+        bias.map(|b| b.meta.shape()),
+        &dtypes,
+        call,
+    )
+}
+
+/// The kernels' view of a contiguous bias laid out with `strides` (see [`plan`]).
+fn bias_arg<R: CubeRuntime>(
+    bias: Option<&CubeTensor<R>>,
+    strides: Option<[usize; 3]>,
+) -> Option<AttentionBias<'_>> {
+    bias.zip(strides).map(|(b, s)| AttentionBias {
+        handle: &b.handle,
+        batch_stride: s[0],
+        head_stride: s[1],
+        row_stride: s[2],
+    })
+}
+
 fn config(call: &AttentionCall) -> AttentionConfig {
     AttentionConfig {
         causal: call.causal,
@@ -94,24 +135,10 @@ fn forward_cube<R: CubeRuntime>(
     bias: Option<&CubeTensor<R>>,
     call: &AttentionCall,
 ) -> Option<(CubeTensor<R>, CubeTensor<R>)> {
-    let mut dtypes = vec![q.dtype, k.dtype, v.dtype];
-    dtypes.extend(bias.map(|b| b.dtype));
-    let (shape, strides, dtype) = plan(
-        q.meta.shape(),
-        k.meta.shape(),
-        v.meta.shape(),
-        bias.map(|b| b.meta.shape()),
-        &dtypes,
-        call,
-    )?;
+    let (shape, strides, dtype) = plan_cube([q, k, v], bias, &[], call)?;
     let (q, k, v) = (contiguous(q), contiguous(k), contiguous(v));
     let bias = bias.map(contiguous);
-    let bias_arg = bias.as_ref().zip(strides).map(|(b, s)| AttentionBias {
-        handle: &b.handle,
-        batch_stride: s[0],
-        head_stride: s[1],
-        row_stride: s[2],
-    });
+    let bias_arg = bias_arg(bias.as_ref(), strides);
     #[cfg(feature = "frugal-cuda")]
     if let Some(gemm) = super::attention_products::applies::<R>(q.dtype) {
         let products = super::attention_products::forward(
@@ -171,28 +198,14 @@ fn backward_cube<R: CubeRuntime>(
     grad_out: &CubeTensor<R>,
     call: &AttentionCall,
 ) -> Option<(CubeTensor<R>, CubeTensor<R>, CubeTensor<R>)> {
-    let mut dtypes = vec![q.dtype, k.dtype, v.dtype, out.dtype, grad_out.dtype];
-    dtypes.extend(bias.map(|b| b.dtype));
-    let (shape, strides, dtype) = plan(
-        q.meta.shape(),
-        k.meta.shape(),
-        v.meta.shape(),
-        bias.map(|b| b.meta.shape()),
-        &dtypes,
-        call,
-    )?;
+    let (shape, strides, dtype) = plan_cube([q, k, v], bias, &[out, grad_out], call)?;
     if lse.dtype != DType::F32 || out.meta.shape() != q.meta.shape() {
         return None;
     }
     let (q, k, v) = (contiguous(q), contiguous(k), contiguous(v));
     let (out, lse, grad_out) = (contiguous(out), contiguous(lse), contiguous(grad_out));
     let bias = bias.map(contiguous);
-    let bias_arg = bias.as_ref().zip(strides).map(|(b, s)| AttentionBias {
-        handle: &b.handle,
-        batch_stride: s[0],
-        head_stride: s[1],
-        row_stride: s[2],
-    });
+    let bias_arg = bias_arg(bias.as_ref(), strides);
     #[cfg(feature = "frugal-cuda")]
     if let Some(gemm) = super::attention_products::applies::<R>(q.dtype) {
         let products = super::attention_products::backward(

@@ -97,6 +97,19 @@ struct Launch {
     kind: Kind,
 }
 
+impl<T> Inputs<T, T> {
+    /// Whether the inputs, each read by `info` as its dtype and element count, are the layout
+    /// `launch` takes.
+    fn fit(&self, launch: &Launch, info: impl Fn(&T) -> (DType, usize)) -> bool {
+        launch.fits(
+            info(&self.param),
+            info(&self.grad),
+            info(&self.state_1),
+            info(&self.state_2),
+        )
+    }
+}
+
 impl Launch {
     /// Whether tensors of these dtypes and element counts are the layout the kernel takes.
     fn fits(
@@ -410,13 +423,7 @@ fn step_cube<R: CubeRuntime>(
     inputs: Inputs<CubeTensor<R>, CubeTensor<R>>,
     launch: &Launch,
 ) -> Stepped<CubeTensor<R>, CubeTensor<R>> {
-    let info = |t: &CubeTensor<R>| (t.dtype, t.meta.shape().num_elements());
-    if !launch.fits(
-        info(&inputs.param),
-        info(&inputs.grad),
-        info(&inputs.state_1),
-        info(&inputs.state_2),
-    ) {
+    if !inputs.fit(launch, |t| (t.dtype, t.meta.shape().num_elements())) {
         return Err(inputs);
     }
     Ok(run_kernel(inputs, launch))
@@ -482,13 +489,7 @@ fn step_fused<R: CubeRuntime>(
     inputs: Inputs<FusionTensor<FusionCubeRuntime<R>>, FusionTensor<FusionCubeRuntime<R>>>,
     launch: &Launch,
 ) -> Stepped<FusionTensor<FusionCubeRuntime<R>>, FusionTensor<FusionCubeRuntime<R>>> {
-    let info = |t: &FusionTensor<FusionCubeRuntime<R>>| (t.dtype, t.shape.num_elements());
-    if !launch.fits(
-        info(&inputs.param),
-        info(&inputs.grad),
-        info(&inputs.state_1),
-        info(&inputs.state_2),
-    ) {
+    if !inputs.fit(launch, |t| (t.dtype, t.shape.num_elements())) {
         return Err(inputs);
     }
     let outputs = [&inputs.param, &inputs.state_1, &inputs.state_2]

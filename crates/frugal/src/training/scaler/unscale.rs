@@ -23,7 +23,24 @@ where
     }
     #[cfg(any(feature = "cuda", feature = "wgpu"))]
     {
-        cube::unscale::<B, M>(module, grads, inv_scale)
+        // Every gradient in the parameter's type (f32), as the optimizer will read it.
+        let mut taken = cube::Take::<B> {
+            grads,
+            ids: Vec::new(),
+            prims: Vec::new(),
+        };
+        module.visit(&mut taken);
+        let cube::Take { grads, ids, prims } = taken;
+        let mut prims = Some(prims);
+        let found = cube::unscale_any(&mut prims, inv_scale);
+        let mut put = cube::Put::<B, _, _> {
+            grads,
+            ids: ids.into_iter().peekable(),
+            prims: prims.expect("given back").into_iter(),
+            _backend: std::marker::PhantomData,
+        };
+        module.visit(&mut put);
+        found
     }
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
     {
@@ -52,42 +69,13 @@ mod cube {
     use crate::tensor::FrugalTensor;
     use crate::vocabulary::families::float;
 
-    /// See [`super::unscale`].
-    pub(crate) fn unscale<B, M>(
-        module: &M,
-        grads: &mut burn_optim::GradientsParams,
-        inv_scale: f32,
-    ) -> Option<bool>
-    where
-        B: burn_core::tensor::backend::AutodiffBackend,
-        M: burn_core::module::AutodiffModule<B>,
-    {
-        // Every gradient in the parameter's type (f32), as the optimizer will read it.
-        let mut taken = Take::<B> {
-            grads,
-            ids: Vec::new(),
-            prims: Vec::new(),
-        };
-        module.visit(&mut taken);
-        let Take { grads, ids, prims } = taken;
-        let mut prims = Some(prims);
-        let found = unscale_any(&mut prims, inv_scale);
-        let mut put = Put::<B, _, _> {
-            grads,
-            ids: ids.into_iter().peekable(),
-            prims: prims.expect("given back").into_iter(),
-            _backend: PhantomData,
-        };
-        module.visit(&mut put);
-        found
-    }
-
     /// Takes each parameter's gradient out of `grads`, in the parameter's type or, for an f32
     /// parameter, possibly 16-bit (widened by the unscale).
-    struct Take<'a, B: burn_core::tensor::backend::AutodiffBackend> {
-        grads: &'a mut burn_optim::GradientsParams,
-        ids: Vec<burn_core::module::ParamId>,
-        prims: Vec<<B::InnerBackend as burn_backend::BackendTypes>::FloatTensorPrimitive>,
+    pub(super) struct Take<'a, B: burn_core::tensor::backend::AutodiffBackend> {
+        pub(super) grads: &'a mut burn_optim::GradientsParams,
+        pub(super) ids: Vec<burn_core::module::ParamId>,
+        pub(super) prims:
+            Vec<<B::InnerBackend as burn_backend::BackendTypes>::FloatTensorPrimitive>,
     }
 
     impl<B: burn_core::tensor::backend::AutodiffBackend> burn_core::module::ModuleVisitor<B>
@@ -116,11 +104,11 @@ mod cube {
     }
 
     /// Puts the gradients taken by [`Take`] back, in the same visiting order.
-    struct Put<'a, B, I: Iterator, P> {
-        grads: &'a mut burn_optim::GradientsParams,
-        ids: std::iter::Peekable<I>,
-        prims: P,
-        _backend: PhantomData<B>,
+    pub(super) struct Put<'a, B, I: Iterator, P> {
+        pub(super) grads: &'a mut burn_optim::GradientsParams,
+        pub(super) ids: std::iter::Peekable<I>,
+        pub(super) prims: P,
+        pub(super) _backend: PhantomData<B>,
     }
 
     impl<B, I, P> burn_core::module::ModuleVisitor<B> for Put<'_, B, I, P>
@@ -148,7 +136,7 @@ mod cube {
 
     /// Runs the fused unscale over `prims` if they are all tensors of one known runtime;
     /// `None` (untouched) otherwise.
-    fn unscale_any<P: Any>(prims: &mut Option<Vec<P>>, inv_scale: f32) -> Option<bool> {
+    pub(super) fn unscale_any<P: Any>(prims: &mut Option<Vec<P>>, inv_scale: f32) -> Option<bool> {
         let any = prims as &mut dyn Any;
         each_runtime!(unscale_on(any, inv_scale)).flatten()
     }
