@@ -26,7 +26,7 @@ use burn_backend::{DeviceId, DeviceOps};
 
 use crate::backend::Frugal;
 use crate::engine::Reclaim;
-use crate::remat::{FloatKind, Values};
+use crate::remat::{FloatKind, Origin};
 use crate::tensor::FrugalTensor;
 
 /// Cells of gradients handed to the sync server and pinned until their all-reduce reads them.
@@ -114,7 +114,7 @@ impl<B: DistributedBackend> DistributedBackend for Frugal<B> {
         // sync, so it enters the device's learned step at the same place every step.
         let storage = Arc::new(state.charge_as(&reduced, made_by, role));
         let reduced = if state.managing() {
-            FrugalTensor::managed::<B, FloatKind>(reduced, storage, None, 0.0, Values::Any)
+            FrugalTensor::managed::<B, FloatKind>(reduced, storage, None, 0.0, Origin::OPAQUE)
         } else {
             FrugalTensor::plain(reduced, storage)
         };

@@ -34,6 +34,25 @@ use crate::ledger::Role;
 pub(crate) use cell::{Cell, CellCore};
 pub(crate) use kind::{BoolKind, FloatKind, IntKind, Kind, QuantKind};
 
+/// What the op that made a new tensor knows of it beside the tensor itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Origin {
+    /// What its elements are known to be.
+    pub(crate) values: Values,
+    /// Its op replays from its inputs alone (a forwarded, deterministic op), whether or not
+    /// it kept a recipe: made from an input the program had dropped, it keeps none, yet a
+    /// selection can recompute it with that input (see `StepRecord::select`).
+    pub(crate) replays: bool,
+}
+
+impl Origin {
+    /// A tensor Frugal knows nothing of: any values, no replay.
+    pub(crate) const OPAQUE: Origin = Origin {
+        values: Values::Any,
+        replays: false,
+    };
+}
+
 /// What a new tensor's elements are known to be, from the op that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Values {

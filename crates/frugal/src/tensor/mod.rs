@@ -11,7 +11,7 @@ use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata};
 use crate::device::{DeviceState, Storage};
 use crate::engine::Status;
 use crate::ledger::Role;
-use crate::remat::{Cell, Handle, Kind, Recipe, Source, Values};
+use crate::remat::{Cell, Handle, Kind, Origin, Recipe, Source};
 use crate::vocabulary::OpId;
 
 /// A tensor of [`Frugal<B>`](crate::Frugal): the inner backend's primitive and the ledger record
@@ -46,7 +46,7 @@ impl<P: TensorMetadata + 'static> FrugalTensor<P> {
     ) -> Self {
         let storage = Arc::new(state.charge(&inner, op));
         if state.managing() {
-            Self::managed::<B, K>(inner, storage, None, 0.0, Values::Any)
+            Self::managed::<B, K>(inner, storage, None, 0.0, Origin::OPAQUE)
         } else {
             Self::plain(inner, storage)
         }
@@ -82,9 +82,9 @@ impl<P: TensorMetadata + 'static> FrugalTensor<P> {
         storage: Arc<Storage>,
         recipe: Option<Recipe<P>>,
         cost: f64,
-        values: Values,
+        origin: Origin,
     ) -> Self {
-        let cell = Cell::<B, K>::create(inner, storage, recipe, cost, values);
+        let cell = Cell::<B, K>::create(inner, storage, recipe, cost, origin);
         Self {
             repr: Repr::Managed(Arc::new(Handle { cell })),
         }
@@ -97,7 +97,7 @@ impl<P: TensorMetadata + 'static> FrugalTensor<P> {
         storage: Arc<Storage>,
         made_by: crate::vocabulary::OpId,
     ) -> Self {
-        let cell = Cell::<B, K>::create_made_by(inner, storage, None, 0.0, made_by, Values::Any);
+        let cell = Cell::<B, K>::create_made_by(inner, storage, None, 0.0, made_by, Origin::OPAQUE);
         Self {
             repr: Repr::Managed(Arc::new(Handle { cell })),
         }

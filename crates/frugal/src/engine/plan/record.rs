@@ -31,7 +31,9 @@ pub(super) struct StepRecord {
     /// Whether the tensor made at each position shares an earlier one's buffer (a view).
     pub(super) shared: Vec<bool>,
     /// What recomputing the tensor made at each position alone costs per byte (infinite: it
-    /// cannot be).
+    /// cannot be: a view, a random draw, an upload). Its op's: a tensor made from an input
+    /// the program had dropped kept no recipe in the recorded step, yet under a selection
+    /// it is recomputed with that input.
     pub(super) cost_per_byte: Vec<f32>,
     /// Whether the op that made the tensor at each position replays identically (a random
     /// draw or an upload does not, and no cut can evict what it made).

@@ -25,8 +25,9 @@ pub(super) const SELECTION_MIN_SHARE: u64 = 4096;
 
 /// The longest chain of inputs a chosen tensor is recomputed through (see
 /// [`StepRecord::select`]): `softmax(mask_fill(q·kᵀ / s))` written out is three links from
-/// what attention's backward pass holds.
-pub(crate) const CHAIN_DEPTH: usize = 4;
+/// what attention's backward pass holds, five with dropout on the scores (burn-nn's
+/// `MultiHeadAttention`: the product by the mask and by `1 / (1 - p)`).
+pub(crate) const CHAIN_DEPTH: usize = 6;
 
 /// What [`StepRecord::select`] chose.
 pub(super) struct Selection {
@@ -53,16 +54,22 @@ pub(super) struct Selection {
 impl StepRecord {
     /// Selective recomputation, Checkmate's problem solved greedily: which tensors of the
     /// forward pass to drop after its last read of them and recompute (or, for a random draw
-    /// of only 0 and 1, pack into booleans), when the backward pass first reads them, so that the simulated step's peak is at most `target`. While the peak
-    /// is over, the tensor recomputed most cheaply per byte among those held across the peak
-    /// is chosen (an activation's output before a layer norm's, before a product's). A tensor
-    /// is dropped as the next tensor after the forward pass's last read of it is made. Each of
+    /// of only 0 and 1, pack into booleans) when the backward pass first reads them, so that
+    /// the simulated step's peak is at most `target`. While the peak is over, the tensor
+    /// recomputed most cheaply per byte among those held across the peak whose choice lowers
+    /// it is chosen (an activation's output before a layer norm's, before a product's); a
+    /// choice can raise the step elsewhere, where it brings its chain back. A tensor is
+    /// dropped as the next tensor after the forward pass's last read of it is made. Each of
     /// its inputs the step made is either held by the program until the backward pass reads
     /// it (and not dropped itself), or small (held for it by its recipe), or recomputed with
     /// it: an input the program drops before then (`softmax`'s input, when `mask_fill`,
     /// `div` and `q·kᵀ` are written out) is dropped too and recomputed first, through at most
     /// [`CHAIN_DEPTH`] such links, its cost counted with the tensor's, its bytes held while
-    /// the tensor is read back. Tensors of fewer than `min_bytes` are left. When nothing more
+    /// the tensor is read back. An input chosen itself is recomputed with it if the backward
+    /// pass reads that input later (it is then held from here), and a packed one is unpacked
+    /// here. Whether a tensor can be recomputed is its op's (see [`StepRecord::cost_per_byte`]),
+    /// not whether the recorded step kept a recipe: under a selection the chosen tensors and
+    /// their chains keep theirs. Tensors of fewer than `min_bytes` are left. When nothing more
     /// can be chosen short of `target`, the choice so far is taken if its peak is at most
     /// `ceiling` (the budget itself: a step a little over the aim still recomputes far less
     /// than under segments); `None` otherwise. `parked` bytes are away from the step's start
@@ -197,26 +204,138 @@ impl StepRecord {
         // Inputs of a chosen tensor or of its chain: recomputing it needs them, so they stay.
         let mut feeds = vec![false; end];
         let (mut count, mut bytes, mut packed) = (0u64, 0u64, 0u64);
+        let mut sim = Sim {
+            held,
+            back_at: vec![vec![0u64; end]; self.passes.len()],
+        };
+        // Each chosen recomputation: what it reads (the tensor and its chain) and where it
+        // runs in each pass.
+        let mut recomputed: Vec<(Vec<usize>, Vec<u64>)> = Vec::new();
+        // Where each position's candidate is in `candidates`.
+        let mut by_position = vec![None; end];
+        for (at, c) in candidates.iter().enumerate() {
+            by_position[c.position] = Some(at);
+        }
         loop {
-            let (at, &most) = held
+            let (at, &most) = sim
+                .held
                 .iter()
                 .enumerate()
                 .max_by_key(|&(i, &h)| (h, std::cmp::Reverse(i)))?;
             let peak = self
                 .base_live
                 .saturating_add((most - at_start).max(0) as u64);
-            let pick = candidates.iter().find(|c| {
+            // A chosen input without a chain of its own that the backward pass reads after
+            // this tensor is recomputed with it, and stays until then.
+            let comes_back_after = |j: usize, c: &Candidate| {
+                by_position[j].is_some_and(|at| {
+                    let input = &candidates[at];
+                    input.spans[0].chain.members.is_empty()
+                        && input
+                            .spans
+                            .iter()
+                            .zip(&c.spans)
+                            .all(|(input, span)| input.back >= span.back)
+                })
+            };
+            let eligible = |c: &&Candidate| {
                 let i = c.position;
                 let members = &c.spans[0].chain.members;
                 let needs = || std::iter::once(i).chain(members.iter().copied());
+                // A packed input is unpacked by the recomputation that reads it: packing
+                // and recomputing do not exclude each other.
                 !chosen[i]
-                    && !feeds[i]
+                    && (!feeds[i] || packs(i))
                     && !chained[i]
                     && c.spans
                         .iter()
                         .any(|s| (s.dropped as usize) < at && at < s.back as usize)
                     && members.iter().all(|&j| !chosen[j] && !feeds[j])
-                    && needs().all(|t| inputs[t].iter().all(|&j| !chosen[j]))
+                    && needs().all(|t| {
+                        inputs[t]
+                            .iter()
+                            .all(|&j| !chosen[j] || packs(j) || comes_back_after(j, c))
+                    })
+            };
+            // What choosing `pick` does to the simulated step (its position is `i`; `needs`:
+            // the tensor and its chain).
+            let apply = |sim: &mut Sim, pick: &Candidate, needs: &[usize]| {
+                let i = pick.position;
+                for (k, (&pass, span)) in self.passes.iter().zip(&pick.spans).enumerate() {
+                    let (pass, back) = (pass as usize, span.back as usize);
+                    let at = pass + i;
+                    if packs(i) {
+                        // Packed until the first recomputation that reads it, if one comes first.
+                        let until = recomputed
+                            .iter()
+                            .filter(|(needs, _)| needs.iter().any(|&t| inputs[t].contains(&i)))
+                            .map(|(_, backs)| backs[k])
+                            .fold(span.back, u64::min);
+                        for h in &mut sim.held[span.dropped as usize + 1..(until as usize).min(p)] {
+                            *h -= freed(i, at) as i64;
+                        }
+                        sim.back_at[k][i] = until;
+                        continue;
+                    }
+                    for h in &mut sim.held[span.dropped as usize + 1..back.min(p)] {
+                        *h -= freed(i, at) as i64;
+                    }
+                    sim.back_at[k][i] = span.back;
+                    // A chosen input comes back (recomputed, or unpacked) with this
+                    // recomputation, and stays until the backward pass reads it.
+                    for &t in needs {
+                        for &j in inputs[t].iter().filter(|&&j| chosen[j]) {
+                            let until = sim.back_at[k][j];
+                            if until > span.back {
+                                for h in sim
+                                    .held
+                                    .get_mut(back..(until as usize).min(p))
+                                    .into_iter()
+                                    .flatten()
+                                {
+                                    *h += freed(j, pass + j) as i64;
+                                }
+                                sim.back_at[k][j] = span.back;
+                            }
+                        }
+                    }
+                    for &j in &span.chain.small {
+                        let j = pass + j;
+                        let kept = held_until(j) as usize + 1..back.min(p);
+                        for h in sim.held.get_mut(kept).into_iter().flatten() {
+                            *h += self.bytes[j] as i64;
+                        }
+                    }
+                    // The chain is recomputed when the tensor is read back and held with it until
+                    // the program drops the tensor.
+                    let chain: u64 = span
+                        .chain
+                        .members
+                        .iter()
+                        .map(|&j| self.bytes[pass + j])
+                        .sum();
+                    let until = (held_until(at) as usize + 1).max(back + 1).min(p);
+                    for h in sim.held.get_mut(back..until).into_iter().flatten() {
+                        *h += chain as i64;
+                    }
+                }
+            };
+            let needs_of = |c: &Candidate| -> Vec<usize> {
+                std::iter::once(c.position)
+                    .chain(c.spans[0].chain.members.iter().copied())
+                    .collect()
+            };
+            // The first eligible tensor, cheapest first, whose choice lowers the peak: a
+            // recomputation brings its chain back at once, which may make a new peak there.
+            let mut tried = 0;
+            let pick = candidates.iter().filter(eligible).find_map(|c| {
+                tried += 1;
+                if tried > PICK_TRIALS {
+                    return None;
+                }
+                let mut trial = sim.clone();
+                apply(&mut trial, c, &needs_of(c));
+                (trial.held.iter().copied().max() < Some(most)).then_some((c, trial))
             });
             if peak <= target || (pick.is_none() && peak <= ceiling) {
                 let mut cuts = vec![0];
@@ -244,7 +363,7 @@ impl StepRecord {
                     packed,
                 });
             }
-            let Some(pick) = pick else {
+            let Some((pick, trial)) = pick else {
                 log::debug!(
                     "frugal: step plan: no selection fits: {count} tensors of {bytes} B chosen, \
                      the simulated peak {peak} B at position {at} (the forward pass ends at {}) \
@@ -267,37 +386,31 @@ impl StepRecord {
                     }
                 }
             }
-            for (&pass, span) in self.passes.iter().zip(&pick.spans) {
-                let (pass, back) = (pass as usize, span.back as usize);
-                let at = pass + i;
-                for h in &mut held[span.dropped as usize + 1..back.min(p)] {
-                    *h -= freed(i, at) as i64;
-                }
-                for &j in &span.chain.small {
-                    let j = pass + j;
-                    let kept = held_until(j) as usize + 1..back.min(p);
-                    for h in held.get_mut(kept).into_iter().flatten() {
-                        *h += self.bytes[j] as i64;
-                    }
-                }
-                // The chain is recomputed when the tensor is read back and held with it until
-                // the program drops the tensor.
-                let chain: u64 = span
-                    .chain
-                    .members
-                    .iter()
-                    .map(|&j| self.bytes[pass + j])
-                    .sum();
-                let until = (held_until(at) as usize + 1).max(back + 1).min(p);
-                for h in held.get_mut(back..until).into_iter().flatten() {
-                    *h += chain as i64;
-                }
+            let needs = needs_of(pick);
+            sim = trial;
+            if !packs(i) {
+                recomputed.push((needs, pick.spans.iter().map(|span| span.back).collect()));
             }
             count += 1;
             bytes += self.bytes[i];
             packed += packs(i) as u64;
         }
     }
+}
+
+/// How many of the eligible tensors, cheapest first, [`StepRecord::select`] tries before it
+/// gives up lowering the peak.
+const PICK_TRIALS: usize = 32;
+
+/// The simulated step under a selection being made (see [`StepRecord::select`]).
+#[derive(Clone)]
+struct Sim {
+    /// The bytes held at each position of the step, beside `base_live`.
+    held: Vec<i64>,
+    /// For each forward pass, where each chosen tensor comes back whole (recomputed, or
+    /// unpacked): at the backward pass's first read of it, or earlier, with a recomputation
+    /// that reads it.
+    back_at: Vec<Vec<u64>>,
 }
 
 /// What recomputing a chosen tensor needs beside the inputs the program holds (positions in

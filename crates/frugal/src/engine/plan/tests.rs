@@ -918,3 +918,47 @@ fn a_selection_packs_a_random_draw_of_zeros_and_ones_it_cannot_recompute() {
     unpackable.packed[1] = None;
     assert!(unpackable.select(140, 140, 0, Parked::NONE).is_none());
 }
+
+#[test]
+fn a_packed_mask_and_the_product_that_reads_it_are_both_chosen() {
+    // x (0, in `base_live`) times a dropout mask M (1: 40 B, 10 B packed) is P (2: 40 B,
+    // recomputable from x and M); then Q, S and R (3, 4, 5: 10, 10 and 80 B) that nothing
+    // recomputes. The backward pass (6..11) reads P at 8 and M at 9. At 5: 170 B.
+    let record = StepRecord {
+        period: 11,
+        end: 6,
+        passes: vec![0],
+        base_live: 0,
+        live: vec![0; 11],
+        bytes: vec![1, 40, 40, 10, 10, 80, 1, 1, 1, 1, 1],
+        reads: vec![
+            vec![2, 10],
+            vec![2, 9],
+            vec![3, 8],
+            vec![4],
+            vec![5],
+            vec![6],
+            vec![7],
+            vec![8],
+            vec![9],
+            vec![10],
+            vec![],
+        ],
+        shared: vec![false; 11],
+        cost_per_byte: [f32::INFINITY, f32::INFINITY, 1.0]
+            .into_iter()
+            .chain([f32::INFINITY; 8])
+            .collect(),
+        replayable: [true, false].into_iter().chain([true; 9]).collect(),
+        packed: [None, Some(10)].into_iter().chain([None; 9]).collect(),
+    };
+    assert_eq!(record.simulate(&[0], &[], Parked::NONE), 170);
+    // P is dropped from 5 to 8 (130 B at 5); its recomputation reads M, which is still packed
+    // from 4 to 8, when that recomputation unpacks it: 100 B at 5.
+    let both = record
+        .select(100, 100, 0, Parked::NONE)
+        .expect("P and the packed mask fit");
+    assert_eq!((both.count, both.packed, both.peak), (2, 1, 100));
+    assert_eq!(both.cuts, vec![0, 3, 4]);
+    assert_eq!(both.last_read[1..3], [2, 3]);
+}

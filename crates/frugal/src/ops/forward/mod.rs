@@ -140,7 +140,7 @@ macro_rules! forward_ops {
                             inputs,
                         }
                     });
-                    let out = $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($vret)>(out, storage, recipe, 0.0, $crate::remat::Values::Any);
+                    let out = $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($vret)>(out, storage, recipe, 0.0, $crate::remat::Origin::OPAQUE);
                     // Reading an evicted input restored it.
                     state.reclaim($crate::engine::Reclaim::AfterOp { op: Some(id), needed: out.storage_bytes() });
                     out

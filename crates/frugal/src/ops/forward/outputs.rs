@@ -89,7 +89,7 @@ pub(crate) use wrap_out;
 /// recipe that replays the op from `$caps`; other outputs are kept or offloaded only.
 macro_rules! wrap_managed {
     (@recipe $k:tt, $o:ident, $l:ident, $op:ident, [$($inner:tt)*], $caps:ident, $($arg:ident: $kind:tt),*) => {{
-        let (usable, inputs, sizes, values) = {
+        let (usable, inputs, sizes, origin) = {
             #[allow(unused_variables)]
             let ($($arg,)*) = &$caps;
             let usable = $op.facts().replayable
@@ -99,8 +99,11 @@ macro_rules! wrap_managed {
             if usable {
                 $($crate::ops::push_cells!($kind, $arg, inputs);)*
             }
-            let values = $crate::ops::values_of!([$($inner)*] $($arg)*);
-            (usable, inputs, [$($crate::ops::arg_bytes!($kind, $arg)),*], values)
+            let origin = $crate::remat::Origin {
+                values: $crate::ops::values_of!([$($inner)*] $($arg)*),
+                replays: $op.facts().replayable $(&& $crate::ops::replays!($kind))*,
+            };
+            (usable, inputs, [$($crate::ops::arg_bytes!($kind, $arg)),*], origin)
         };
         let storage = std::sync::Arc::new($l.charge(&$o, $op));
         let cost = $crate::vocabulary::cost::op_cost(
@@ -120,7 +123,7 @@ macro_rules! wrap_managed {
             inputs,
             view_of: None,
         });
-        $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($k)>($o, storage, recipe, cost, values)
+        $crate::tensor::FrugalTensor::managed::<B, $crate::ops::kind_of!($k)>($o, storage, recipe, cost, origin)
     }};
     (F, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe F, $($rest)*) };
     (I, $($rest:tt)*) => { $crate::ops::wrap_managed!(@recipe I, $($rest)*) };
@@ -147,6 +150,23 @@ macro_rules! values_of {
     };
 }
 pub(crate) use values_of;
+
+/// Whether a recipe can pass an argument of this kind again (see [`crate::ops::managed_arg!`]).
+macro_rules! replays {
+    (TP) => {
+        false
+    };
+    (QP) => {
+        false
+    };
+    ([TensorData]) => {
+        false
+    };
+    ($other:tt) => {
+        true
+    };
+}
+pub(crate) use replays;
 
 /// The argument as a recipe passes it again, from what `managed_arg!` kept (`$c` is a
 /// reference to it).

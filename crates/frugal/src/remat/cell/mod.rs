@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
 
-use super::{CellDyn, CellOf, Kind, Recipe, Values, ViewOf};
+use super::{CellDyn, CellOf, Kind, Origin, Recipe, Values, ViewOf};
 use crate::device::{DeviceState, NO_OWNER, Storage};
 use crate::engine::{CellInfo, Evictable, Made, Status};
 use crate::ledger::Role;
@@ -174,10 +174,10 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         storage: Arc<Storage>,
         recipe: Option<Recipe<K::Prim>>,
         cost: f64,
-        values: Values,
+        origin: Origin,
     ) -> Arc<Self> {
         let op = storage.op;
-        Self::create_made_by(tensor, storage, recipe, cost, op, values)
+        Self::create_made_by(tensor, storage, recipe, cost, op, origin)
     }
 
     /// [`Self::create`] for a cell that `made_by` made over a storage another op allocated:
@@ -190,12 +190,13 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
         recipe: Option<Recipe<K::Prim>>,
         cost: f64,
         made_by: crate::vocabulary::OpId,
-        values: Values,
+        origin: Origin,
     ) -> Arc<Self> {
         let state = storage.state;
         // Packing a view would leave its buffer's other views unpacked: only a buffer's own
         // tensor is packed.
-        let packed = (values == Values::Binary && storage.plan_owner.load(Relaxed) == NO_OWNER)
+        let packed = (origin.values == Values::Binary
+            && storage.plan_owner.load(Relaxed) == NO_OWNER)
             .then(|| K::packed_bytes(&tensor))
             .flatten();
         let shape = tensor.shape();
@@ -205,10 +206,14 @@ impl<B: Backend, K: Kind<B>> Cell<B, K> {
             op: storage.op,
             bytes: storage.bytes,
             live: state.ledger.live_bytes(),
-            recompute: recipe
-                .as_ref()
-                .filter(|recipe| recipe.view_of.is_none() && storage.op.facts().replayable)
-                .map(|_| cost),
+            // The step plan asks whether the op could replay it, recipe or not: a selection
+            // recomputes inputs the program dropped with the tensors it chooses.
+            recompute: (origin.replays
+                || recipe
+                    .as_ref()
+                    .is_some_and(|recipe| recipe.view_of.is_none()))
+            .then_some(cost)
+            .filter(|_| storage.op.facts().replayable),
             owner,
             cost,
             forward: storage.role() == Role::Activation,

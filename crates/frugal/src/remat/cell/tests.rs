@@ -39,7 +39,7 @@ fn exp_cell() -> (Arc<Cell<Nd, FloatKind>>, Vec<f32>) {
         view_of: None,
     };
     (
-        Cell::create(out, storage, Some(recipe), 1.0, Values::Any),
+        Cell::create(out, storage, Some(recipe), 1.0, Origin::OPAQUE),
         expected,
     )
 }
@@ -115,7 +115,7 @@ fn dropping_the_last_handle_frees_a_cell_nothing_depends_on() {
     let device = Default::default();
     let lone = Nd::float_from_data(burn_backend::TensorData::from([1.0f32]), &device);
     let storage = Arc::new(state().charge(&lone, float::op(float::Op::float_exp)));
-    let lone = Cell::<NdArray, FloatKind>::create(lone, storage, None, 0.0, Values::Any);
+    let lone = Cell::<NdArray, FloatKind>::create(lone, storage, None, 0.0, Origin::OPAQUE);
     drop(Handle::<Prim> { cell: lone.clone() });
     assert_eq!(lone.status(), Status::Gone);
 }
@@ -131,7 +131,7 @@ fn exp_of(input: &Arc<Cell<Nd, FloatKind>>) -> Arc<Cell<Nd, FloatKind>> {
         inputs: vec![input.clone() as Arc<dyn CellDyn>],
         view_of: None,
     };
-    Cell::create(out, storage, Some(recipe), 1.0, Values::Any)
+    Cell::create(out, storage, Some(recipe), 1.0, Origin::OPAQUE)
 }
 
 #[test]
@@ -140,7 +140,7 @@ fn a_cell_that_forgets_its_recipe_lets_the_dropped_tensors_it_was_computed_from_
     let device = Default::default();
     let a = Nd::float_from_data(burn_backend::TensorData::from([1.0f32, 2.0]), &device);
     let storage = Arc::new(state().charge(&a, float::op(float::Op::float_exp)));
-    let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0, Values::Any);
+    let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0, Origin::OPAQUE);
     let b = exp_of(&a);
     let c = exp_of(&b);
     let expected = values(c.get());
@@ -174,7 +174,16 @@ fn a_packed_bernoulli_draw_comes_back_bit_for_bit_from_a_quarter_of_its_bytes() 
     assert!(expected.contains(&0.0) && expected.contains(&1.0));
     let random = float::op(float::Op::float_random);
     let storage = Arc::new(state().charge(&draw, random));
-    let cell = Cell::<Nd, FloatKind>::create(draw, storage, None, 0.0, Values::Binary);
+    let cell = Cell::<Nd, FloatKind>::create(
+        draw,
+        storage,
+        None,
+        0.0,
+        Origin {
+            values: Values::Binary,
+            replays: false,
+        },
+    );
     assert_eq!(cell.info().packed, Some(256));
     let before = state().budget.stats();
     assert!(cell.pack());
