@@ -43,8 +43,8 @@ mod runtime; // 2: the CubeCL runtimes this build knows, pool figures
 mod scope; // 3: the program's own checkpoint scopes
 mod tensor; // 6: the tensor primitive
 mod training; // 10–11: the training add-ons (accumulation, AdamW, loss scaling, fit, split)
-mod units;
-mod vocabulary; // 0: the op vocabulary: op ids, the op facts table, the cost model // 0: byte sizes, tensor bytes, the 16-bit types
+mod units; // 0: byte sizes, tensor bytes, the 16-bit types
+mod vocabulary; // 0: the op vocabulary: op ids, the op facts table, the cost model
 
 pub use training::optim;
 #[cfg(feature = "train")]

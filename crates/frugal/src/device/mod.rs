@@ -3,9 +3,9 @@
 //!
 //! Owns: [`DeviceState`] (the ledger, the budget, the scopes, the autocast table and the
 //! "managing" flag that decides an op's path) and its registry, and [`Storage`]. Imports:
-//! `ledger`, `engine`, `scope`, `autocast`, `op`. States live for the whole process (leaked
-//! once per device), so tensors point at theirs with a plain `&'static` and no reference
-//! count.
+//! `ledger`, `engine`, `scope`, `autocast`, `runtime`, `vocabulary`. States live for the whole
+//! process (leaked once per device), so tensors point at theirs with a plain `&'static` and no
+//! reference count.
 
 use std::any::{Any, TypeId};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};

@@ -3,7 +3,7 @@
 //! (`reclaim.rs`, entered through [`Budget::reclaim`] for every [`Reclaim`]).
 //!
 //! Owns: the budget's limit and [`Policy`], the registry, the logical clock, the counters
-//! behind [`RematStats`]. Imports: `ledger`, `op`, `units`. It sees cells only through
+//! behind [`RematStats`]. Imports: `ledger`, `vocabulary`, `units`. It sees cells only through
 //! [`Evictable`], the small trait `crate::remat`'s cells implement (as cubecl-runtime's
 //! memory management sees its pools through one trait), so it is tested here on a mock.
 

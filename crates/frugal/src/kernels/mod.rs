@@ -1,7 +1,7 @@
 //! Layer 3, kernel dispatch: Frugal's own CubeCL kernels (crate `frugal-kernels`) in place
 //! of the inner backend's ops, for inner backends built on a CubeCL runtime this build knows
 //! (features `cuda`, `wgpu`), with Burn's fusion on or off. Owns the mode and the counters;
-//! imports `runtime`. The gradient unscale's launches are in `crate::scaler`, above the tensor
+//! imports `runtime`. The gradient unscale's launches are in `crate::training::scaler`, above the tensor
 //! type they unwrap.
 //!
 //! Which inner backend runs is found from the tensor primitive's type at run time (a type id

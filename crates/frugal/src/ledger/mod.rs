@@ -2,7 +2,7 @@
 //! the op that produced them and to their role, calls per op, and an optional bounded
 //! timeline.
 //!
-//! Owns: counting and the timeline, nothing else. Imports: `op`, `units`. The hot path
+//! Owns: counting and the timeline, nothing else. Imports: `vocabulary`, `units`. The hot path
 //! ([`Ledger::charge`] / [`Ledger::release`]) touches a handful of relaxed atomics and takes no
 //! lock and makes no allocation unless the timeline is recording.
 

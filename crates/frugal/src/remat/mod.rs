@@ -1,10 +1,11 @@
 //! Layer 5, managed cells: the mechanism that lets Frugal drop a tensor's device buffer and
 //! bring it back later, by re-running the op that made it (rematerialisation), by copying it
-//! from host memory (offload), or by casting it back from a 16-bit copy (compression).
+//! from host memory (offload), by casting it back from a 16-bit copy (compression), or by
+//! making a float of its booleans again (a dropout mask, packed).
 //!
 //! Owns: the cell state machine ([`cell`]), recipes, the tensor kinds ([`kind`]). Imports:
-//! `device`, `engine`, `kernels`, `op`, `units`. Cells implement the engine's [`Evictable`];
-//! the engine decides which cell goes, the cell how.
+//! `device`, `engine`, `kernels`, `ledger` (roles), `runtime`, `vocabulary`, `units`. Cells
+//! implement the engine's [`Evictable`]; the engine decides which cell goes, the cell how.
 //!
 //! While a device is under a budget or inside a checkpoint scope, every tensor Frugal creates
 //! there is a [`Cell`]: its state (resident on the device, evicted, offloaded to the host, or

@@ -4,7 +4,7 @@
 //! ([`crate::engine`]'s `cuts.rs`), and share the scope ids handed out there.
 //!
 //! Owns: the open scopes of one device and the thread's list of a closing scope's outputs.
-//! Imports: `engine`, `op`.
+//! Imports: `engine`, `vocabulary`.
 
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! primitive plus a shared record of the storage it occupies, or a handle to a managed cell.
 //!
 //! Owns: [`FrugalTensor`] and the conversions the forwarding macro uses to unwrap arguments.
-//! Imports: `device`, `remat`, `scope`, `ledger` (roles), `op`.
+//! Imports: `device`, `engine` (statuses), `remat`, `scope`, `ledger` (roles), `vocabulary`.
 
 use std::sync::Arc;
 

@@ -199,3 +199,40 @@ fn the_check_finds_an_upward_import_and_a_sibling_import() {
         .is_empty()
     );
 }
+
+/// The modules `docs/architecture.md`'s layer table puts in each layer: its rows are
+/// `| layer | module cell | owns | imports |`, the module cell naming modules in backticks
+/// (`engine/`, `catch.rs`; `training/` is the group the add-ons live in, not a module).
+fn documented_layers(table: &str) -> BTreeMap<String, usize> {
+    let mut layers = BTreeMap::new();
+    for row in table.lines().filter(|line| line.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let Some(layer) = cells.get(1).and_then(|c| c.parse::<usize>().ok()) else {
+            continue;
+        };
+        let names = cells[2].split('`').skip(1).step_by(2);
+        for name in names {
+            let module = name.trim_end_matches('/').trim_end_matches(".rs");
+            if !GROUPS.contains(&module) {
+                layers.insert(module.to_string(), layer);
+            }
+        }
+    }
+    layers
+}
+
+#[test]
+fn the_architecture_documents_every_module_in_its_layer() {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md");
+    let documented = documented_layers(&std::fs::read_to_string(doc).unwrap());
+    let checked: BTreeMap<String, usize> = LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(layer, modules)| modules.iter().map(move |m| (m.to_string(), layer)))
+        .filter(|(module, _)| module != "lib")
+        .collect();
+    assert_eq!(
+        documented, checked,
+        "docs/architecture.md's layer table and this test's LAYERS differ"
+    );
+}
