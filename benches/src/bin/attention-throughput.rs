@@ -20,7 +20,8 @@ use std::time::Instant;
 use clap::Parser;
 use frugal_benches::median;
 use frugal_kernels::attention::{
-    AttentionConfig, AttentionShape, attention_backward, attention_forward,
+    AttentionArgs, AttentionConfig, AttentionSaved, AttentionShape, attention_backward,
+    attention_forward,
 };
 use frugal_kernels::cubecl::{Runtime, client::ComputeClient, future::block_on};
 use frugal_kernels::{FloatDtype, KernelError, cast};
@@ -244,14 +245,26 @@ fn run<R: Runtime>(client: ComputeClient<R>, args: &Args) {
                 continue;
             }
         };
-        let forward = || attention_forward(&client, &q, &k, &v, None, shape, dtype, config);
+        let call = AttentionArgs {
+            q: &q,
+            k: &k,
+            v: &v,
+            bias: None,
+            shape,
+            dtype,
+            config,
+        };
+        let forward = || attention_forward(&client, call);
         let result = time_op(&client, args, || forward().map(drop)).map_err(|e| e.to_string());
         push("forward", result, forward_flops);
         let result = time_op(&client, args, || {
             let fwd = forward()?;
-            let grads = attention_backward(
-                &client, &q, &k, &v, None, &fwd.out, &fwd.lse, &grad_out, shape, dtype, config,
-            )?;
+            let saved = AttentionSaved {
+                out: &fwd.out,
+                lse: &fwd.lse,
+                grad_out: &grad_out,
+            };
+            let grads = attention_backward(&client, call, saved)?;
             drop((fwd, grads));
             Ok(())
         })

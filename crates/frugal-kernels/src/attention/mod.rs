@@ -103,6 +103,38 @@ pub struct AttentionBias<'a> {
     pub row_stride: usize,
 }
 
+/// One attention call: q `[batch, heads, seq_q, head_dim]`, k and v `[batch, heads, seq_k,
+/// head_dim]` (contiguous, in `dtype`), the bias, and the call's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionArgs<'a> {
+    /// The queries.
+    pub q: &'a Handle,
+    /// The keys.
+    pub k: &'a Handle,
+    /// The values.
+    pub v: &'a Handle,
+    /// An additive bias on the scores, if any.
+    pub bias: Option<AttentionBias<'a>>,
+    /// The sizes.
+    pub shape: AttentionShape,
+    /// The dtype of q, k, v, the bias and the output.
+    pub dtype: FloatDtype,
+    /// Causal masking and the scale.
+    pub config: AttentionConfig,
+}
+
+/// What the backward pass reads beside the call's operands: the forward's output and
+/// logsumexp, and the output's gradient (same shape and dtype as the output).
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionSaved<'a> {
+    /// The forward's output, `[batch, heads, seq_q, head_dim]`.
+    pub out: &'a Handle,
+    /// The forward's logsumexp, `[batch, heads, seq_q]` in f32.
+    pub lse: &'a Handle,
+    /// The output's gradient, `[batch, heads, seq_q, head_dim]`.
+    pub grad_out: &'a Handle,
+}
+
 /// What the forward pass returns.
 #[derive(Debug, Clone)]
 pub struct AttentionForward {
@@ -402,17 +434,9 @@ struct FlashCall<'a, R: Runtime> {
 
 impl<'a, R: Runtime> FlashCall<'a, R> {
     /// Checks a call and its input buffers (see [`attention_forward`]).
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        client: &'a ComputeClient<R>,
-        q: &'a Handle,
-        k: &'a Handle,
-        v: &'a Handle,
-        bias: Option<AttentionBias<'_>>,
-        shape: AttentionShape,
-        dtype: FloatDtype,
-        config: AttentionConfig,
-    ) -> Result<Self, KernelError> {
+    fn new(client: &'a ComputeClient<R>, args: AttentionArgs<'a>) -> Result<Self, KernelError> {
+        let (q, k, v, bias) = (args.q, args.k, args.v, args.bias);
+        let (shape, dtype, config) = (args.shape, args.dtype, args.config);
         let buffers = [
             ("q", q, shape.q_len()),
             ("k", k, shape.kv_len()),
@@ -492,18 +516,12 @@ macro_rules! launch_flash {
 /// docs). Errors, before anything is launched, on an unsupported dtype, a zero size, a head
 /// dimension above [`MAX_HEAD_DIM`], a non-finite scale, sizes beyond the device's grid, or a
 /// buffer smaller than its shape.
-#[allow(clippy::too_many_arguments)]
 pub fn attention_forward<R: Runtime>(
     client: &ComputeClient<R>,
-    q: &Handle,
-    k: &Handle,
-    v: &Handle,
-    bias: Option<AttentionBias<'_>>,
-    shape: AttentionShape,
-    dtype: FloatDtype,
-    config: AttentionConfig,
+    args: AttentionArgs<'_>,
 ) -> Result<AttentionForward, KernelError> {
-    let call = FlashCall::new(client, q, k, v, bias, shape, dtype, config)?;
+    let call = FlashCall::new(client, args)?;
+    let (shape, dtype) = (args.shape, args.dtype);
     let out = client.empty(shape.q_len() * dtype.size_bytes());
     let lse = client.empty(shape.rows() * 4);
     // SAFETY: every buffer holds its shape's elements (checked in `FlashCall::new`; the outputs
@@ -522,25 +540,17 @@ pub fn attention_forward<R: Runtime>(
     Ok(AttentionForward { out, lse })
 }
 
-/// Flash-attention backward pass: the gradients of q, k and v from the forward's inputs, its
-/// output `out`, its logsumexp `lse` and the output's gradient `grad_out` (same shape and dtype
-/// as `out`). Same checks as [`attention_forward`], and `out`, `lse` and `grad_out` must hold
-/// their shapes' elements.
-#[allow(clippy::too_many_arguments)]
+/// Flash-attention backward pass: the gradients of q, k and v from the forward's inputs and
+/// what it saved (see [`AttentionSaved`]). Same checks as [`attention_forward`], and the saved
+/// buffers must hold their shapes' elements.
 pub fn attention_backward<R: Runtime>(
     client: &ComputeClient<R>,
-    q: &Handle,
-    k: &Handle,
-    v: &Handle,
-    bias: Option<AttentionBias<'_>>,
-    out: &Handle,
-    lse: &Handle,
-    grad_out: &Handle,
-    shape: AttentionShape,
-    dtype: FloatDtype,
-    config: AttentionConfig,
+    args: AttentionArgs<'_>,
+    saved: AttentionSaved<'_>,
 ) -> Result<AttentionGrads, KernelError> {
-    let call = FlashCall::new(client, q, k, v, bias, shape, dtype, config)?;
+    let call = FlashCall::new(client, args)?;
+    let (shape, dtype) = (args.shape, args.dtype);
+    let AttentionSaved { out, lse, grad_out } = saved;
     check_buffer("out", out, shape.q_len(), dtype)?;
     check_buffer("grad_out", grad_out, shape.q_len(), dtype)?;
     check_buffer("lse", lse, shape.rows(), FloatDtype::F32)?;
@@ -556,7 +566,7 @@ pub fn attention_backward<R: Runtime>(
             grad_kv_kernel,
             shape.seq_k,
             call.tiles.kv_staged,
-            saved(grad_out, lse, &delta, &shape),
+            saved_launch(grad_out, lse, &delta, &shape),
             array(&grad_k, shape.kv_len()),
             array(&grad_v, shape.kv_len()),
         );
@@ -565,7 +575,7 @@ pub fn attention_backward<R: Runtime>(
             grad_q_kernel,
             shape.seq_q,
             call.tiles.staged,
-            saved(grad_out, lse, &delta, &shape),
+            saved_launch(grad_out, lse, &delta, &shape),
             array(&grad_q, shape.q_len()),
         );
     }
@@ -581,7 +591,7 @@ pub fn attention_backward<R: Runtime>(
 /// # Safety
 ///
 /// `grad_out` must hold `shape.q_len()` elements, `lse` and `delta` one f32 per query row.
-unsafe fn saved<R: Runtime, E: Float>(
+unsafe fn saved_launch<R: Runtime, E: Float>(
     grad_out: &Handle,
     lse: &Handle,
     delta: &Handle,

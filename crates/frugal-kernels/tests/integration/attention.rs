@@ -20,8 +20,8 @@ use cubecl::server::Handle;
 use frugal_kernels::{
     FloatDtype, KernelError,
     attention::{
-        AttentionBias, AttentionConfig, AttentionShape, attention_backward, attention_delta,
-        attention_forward, scores_backward, scores_softmax,
+        AttentionArgs, AttentionBias, AttentionConfig, AttentionSaved, AttentionShape,
+        attention_backward, attention_delta, attention_forward, scores_backward, scores_softmax,
     },
 };
 use half::{bf16, f16};
@@ -199,12 +199,23 @@ fn check(shape: AttentionShape, causal: bool, bias: Option<Bias>, dtype: FloatDt
         head_stride: b.head_stride,
         row_stride: b.row_stride,
     });
-    let fwd = attention_forward(&client, &qh, &kh, &vh, bias_arg, shape, dtype, config).unwrap();
+    let args = AttentionArgs {
+        q: &qh,
+        k: &kh,
+        v: &vh,
+        bias: bias_arg,
+        shape,
+        dtype,
+        config,
+    };
+    let fwd = attention_forward(&client, args).unwrap();
     let goh = upload(&client, &grad_out, dtype);
-    let grads = attention_backward(
-        &client, &qh, &kh, &vh, bias_arg, &fwd.out, &fwd.lse, &goh, shape, dtype, config,
-    )
-    .unwrap();
+    let saved = AttentionSaved {
+        out: &fwd.out,
+        lse: &fwd.lse,
+        grad_out: &goh,
+    };
+    let grads = attention_backward(&client, args, saved).unwrap();
 
     let (atol, rtol) = match dtype {
         FloatDtype::F32 => (2e-5, 1e-3),
@@ -563,12 +574,23 @@ fn matches_burns_written_out_attention() {
             upload_f32(&client, &k),
             upload_f32(&client, &v),
         );
-        let fwd = attention_forward(&client, &qh, &kh, &vh, None, s, dtype, config).unwrap();
+        let args = AttentionArgs {
+            q: &qh,
+            k: &kh,
+            v: &vh,
+            bias: None,
+            shape: s,
+            dtype,
+            config,
+        };
+        let fwd = attention_forward(&client, args).unwrap();
         let goh = upload_f32(&client, &grad_out);
-        let grads = attention_backward(
-            &client, &qh, &kh, &vh, None, &fwd.out, &fwd.lse, &goh, s, dtype, config,
-        )
-        .unwrap();
+        let saved = AttentionSaved {
+            out: &fwd.out,
+            lse: &fwd.lse,
+            grad_out: &goh,
+        };
+        let grads = attention_backward(&client, args, saved).unwrap();
         let ours = [
             read_f32(&client, &fwd.out, s.q_len()),
             read_f32(&client, &grads.grad_q, s.q_len()),
@@ -591,8 +613,25 @@ fn invalid_arguments_are_errors_not_panics() {
     let config = AttentionConfig::default();
     let s = shape(1, 1, 4, 4, 32);
     let buf = upload_f32(&client, &values(s.q_len(), 1));
+    /// An f32 call on `q` with `kv` for keys and values.
+    fn args<'a>(
+        s: AttentionShape,
+        q: &'a Handle,
+        kv: &'a Handle,
+        config: AttentionConfig,
+    ) -> AttentionArgs<'a> {
+        AttentionArgs {
+            q,
+            k: kv,
+            v: kv,
+            bias: None,
+            shape: s,
+            dtype: FloatDtype::F32,
+            config,
+        }
+    }
     let run = |s: AttentionShape, q: &Handle, config: AttentionConfig| {
-        attention_forward(&client, q, &buf, &buf, None, s, FloatDtype::F32, config)
+        attention_forward(&client, args(s, q, &buf, config))
     };
     let err = run(shape(1, 1, 4, 4, 129), &buf, config).unwrap_err();
     assert!(
@@ -623,20 +662,12 @@ fn invalid_arguments_are_errors_not_panics() {
     let fwd = run(s, &buf, config).unwrap();
     // Four query rows need four f32 logsumexp values; two are given.
     let short_lse = upload_f32(&client, &[0.0; 2]);
-    let err = attention_backward(
-        &client,
-        &buf,
-        &buf,
-        &buf,
-        None,
-        &fwd.out,
-        &short_lse,
-        &buf,
-        s,
-        FloatDtype::F32,
-        config,
-    )
-    .unwrap_err();
+    let saved = AttentionSaved {
+        out: &fwd.out,
+        lse: &short_lse,
+        grad_out: &buf,
+    };
+    let err = attention_backward(&client, args(s, &buf, &buf, config), saved).unwrap_err();
     assert!(
         matches!(&err, KernelError::BufferTooSmall { what, .. } if what == "lse"),
         "{err}"

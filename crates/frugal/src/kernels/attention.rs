@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use burn_backend::{DType, Shape};
 use burn_cubecl::{CubeRuntime, tensor::CubeTensor};
-use frugal_kernels::attention::{AttentionBias, AttentionConfig, AttentionShape};
+use frugal_kernels::attention::{
+    AttentionArgs, AttentionBias, AttentionConfig, AttentionSaved, AttentionShape,
+};
 
 use super::cube::kernel_dtype;
 use super::custom::{CubeCall, contiguous, wrap};
@@ -96,17 +98,30 @@ fn plan_cube<R: CubeRuntime>(
     )
 }
 
-/// The kernels' view of a contiguous bias laid out with `strides` (see [`plan`]).
-fn bias_arg<R: CubeRuntime>(
-    bias: Option<&CubeTensor<R>>,
+/// The kernels' arguments for contiguous q, k, v and bias, the bias laid out with `strides`
+/// (see [`plan`]).
+fn args<'a, R: CubeRuntime>(
+    [q, k, v]: [&'a CubeTensor<R>; 3],
+    bias: Option<&'a CubeTensor<R>>,
     strides: Option<[usize; 3]>,
-) -> Option<AttentionBias<'_>> {
-    bias.zip(strides).map(|(b, s)| AttentionBias {
-        handle: &b.handle,
-        batch_stride: s[0],
-        head_stride: s[1],
-        row_stride: s[2],
-    })
+    shape: AttentionShape,
+    dtype: frugal_kernels::FloatDtype,
+    call: &AttentionCall,
+) -> AttentionArgs<'a> {
+    AttentionArgs {
+        q: &q.handle,
+        k: &k.handle,
+        v: &v.handle,
+        bias: bias.zip(strides).map(|(b, s)| AttentionBias {
+            handle: &b.handle,
+            batch_stride: s[0],
+            head_stride: s[1],
+            row_stride: s[2],
+        }),
+        shape,
+        dtype,
+        config: config(call),
+    }
 }
 
 fn config(call: &AttentionCall) -> AttentionConfig {
@@ -138,37 +153,16 @@ fn forward_cube<R: CubeRuntime>(
     let (shape, strides, dtype) = plan_cube([q, k, v], bias, &[], call)?;
     let (q, k, v) = (contiguous(q), contiguous(k), contiguous(v));
     let bias = bias.map(contiguous);
-    let bias_arg = bias_arg(bias.as_ref(), strides);
+    let args = args([&q, &k, &v], bias.as_ref(), strides, shape, dtype, call);
     #[cfg(feature = "frugal-cuda")]
     if let Some(gemm) = super::attention_products::applies::<R>(q.dtype) {
-        let products = super::attention_products::forward(
-            &q.client,
-            &q.device,
-            gemm,
-            &q.handle,
-            &k.handle,
-            &v.handle,
-            bias_arg,
-            shape,
-            dtype,
-            config(call),
-        );
+        let products = super::attention_products::forward(&q.client, &q.device, gemm, args);
         if let Some(out) = products {
             super::ATTENTION_PRODUCT_FORWARDS.fetch_add(1, Relaxed);
             return Some(forward_outputs(&q, out));
         }
     }
-    let out = frugal_kernels::attention::attention_forward(
-        &q.client,
-        &q.handle,
-        &k.handle,
-        &v.handle,
-        bias_arg,
-        shape,
-        dtype,
-        config(call),
-    )
-    .ok()?;
+    let out = frugal_kernels::attention::attention_forward(&q.client, args).ok()?;
     ATTENTION_FORWARDS.fetch_add(1, Relaxed);
     Some(forward_outputs(&q, out))
 }
@@ -205,43 +199,21 @@ fn backward_cube<R: CubeRuntime>(
     let (q, k, v) = (contiguous(q), contiguous(k), contiguous(v));
     let (out, lse, grad_out) = (contiguous(out), contiguous(lse), contiguous(grad_out));
     let bias = bias.map(contiguous);
-    let bias_arg = bias_arg(bias.as_ref(), strides);
+    let args = args([&q, &k, &v], bias.as_ref(), strides, shape, dtype, call);
+    let saved = AttentionSaved {
+        out: &out.handle,
+        lse: &lse.handle,
+        grad_out: &grad_out.handle,
+    };
     #[cfg(feature = "frugal-cuda")]
     if let Some(gemm) = super::attention_products::applies::<R>(q.dtype) {
-        let products = super::attention_products::backward(
-            &q.client,
-            &q.device,
-            gemm,
-            &q.handle,
-            &k.handle,
-            &v.handle,
-            bias_arg,
-            &out.handle,
-            &lse.handle,
-            &grad_out.handle,
-            shape,
-            dtype,
-            config(call),
-        );
+        let products = super::attention_products::backward(&q.client, &q.device, gemm, args, saved);
         if let Some(grads) = products {
             super::ATTENTION_PRODUCT_BACKWARDS.fetch_add(1, Relaxed);
             return Some(backward_outputs(&q, &k, grads));
         }
     }
-    let grads = frugal_kernels::attention::attention_backward(
-        &q.client,
-        &q.handle,
-        &k.handle,
-        &v.handle,
-        bias_arg,
-        &out.handle,
-        &lse.handle,
-        &grad_out.handle,
-        shape,
-        dtype,
-        config(call),
-    )
-    .ok()?;
+    let grads = frugal_kernels::attention::attention_backward(&q.client, args, saved).ok()?;
     ATTENTION_BACKWARDS.fetch_add(1, Relaxed);
     Some(backward_outputs(&q, &k, grads))
 }

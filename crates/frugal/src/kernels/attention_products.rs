@@ -19,9 +19,8 @@ use burn_cubecl::CubeRuntime;
 use cubecl::server::Handle;
 use frugal_cuda::gemm::{GemmDtype, GemmShape, MatrixLayout};
 use frugal_cuda::{FrugalCudaDevice, FrugalCudaRuntime};
-use frugal_kernels::FloatDtype;
 use frugal_kernels::attention::{
-    AttentionBias, AttentionConfig, AttentionForward, AttentionGrads, AttentionShape,
+    AttentionArgs, AttentionForward, AttentionGrads, AttentionSaved, AttentionShape,
     attention_delta, scores_backward, scores_softmax,
 };
 
@@ -130,19 +129,14 @@ fn products_on<'a, R: CubeRuntime>(
 
 /// The forward as products: `scores = q kᵀ`, the probabilities and logsumexp, `out = P v`.
 /// `None` (the caller runs the flash kernel) if a step was refused.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn forward<R: CubeRuntime>(
     client: &cubecl::client::ComputeClient<R>,
     device: &R::Device,
     gemm: (GemmDtype, bool),
-    q: &Handle,
-    k: &Handle,
-    v: &Handle,
-    bias: Option<AttentionBias<'_>>,
-    shape: AttentionShape,
-    dtype: FloatDtype,
-    config: AttentionConfig,
+    args: AttentionArgs<'_>,
 ) -> Option<AttentionForward> {
+    let (q, k, v, bias) = (args.q, args.k, args.v, args.bias);
+    let (shape, dtype, config) = (args.shape, args.dtype, args.config);
     let p = products_on(client, device, &shape, gemm)?;
     let (sq, sk, d) = (shape.seq_q, shape.seq_k, shape.head_dim);
     let scores = p.product((q, row_major(sq, d)), (k, transposed(d, sk)))?;
@@ -155,22 +149,16 @@ pub(crate) fn forward<R: CubeRuntime>(
 /// The backward as products: the scores and `dP = dO vᵀ` again, the probabilities and the
 /// scores' gradient, then `dv = Pᵀ dO`, `dq = dS k`, `dk = dSᵀ q`. `None` (the caller runs
 /// the flash kernels) if a step was refused.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn backward<R: CubeRuntime>(
     client: &cubecl::client::ComputeClient<R>,
     device: &R::Device,
     gemm: (GemmDtype, bool),
-    q: &Handle,
-    k: &Handle,
-    v: &Handle,
-    bias: Option<AttentionBias<'_>>,
-    out: &Handle,
-    lse: &Handle,
-    grad_out: &Handle,
-    shape: AttentionShape,
-    dtype: FloatDtype,
-    config: AttentionConfig,
+    args: AttentionArgs<'_>,
+    saved: AttentionSaved<'_>,
 ) -> Option<AttentionGrads> {
+    let (q, k, v, bias) = (args.q, args.k, args.v, args.bias);
+    let (shape, dtype, config) = (args.shape, args.dtype, args.config);
+    let AttentionSaved { out, lse, grad_out } = saved;
     let p = products_on(client, device, &shape, gemm)?;
     let (sq, sk, d) = (shape.seq_q, shape.seq_k, shape.head_dim);
     let scores = p.product((q, row_major(sq, d)), (k, transposed(d, sk)))?;

@@ -21,6 +21,25 @@ use crate::cuda::memory::PinnedBytesController;
 
 const MB: usize = 1 << 20;
 
+/// The parts of `descriptor` (buffer, shape, strides, element size) if its layout is rows of
+/// contiguous elements at a fixed pitch, the layouts `copy_2d` moves in one call; otherwise
+/// the error CubeCL's servers give for other strides.
+fn pitched(descriptor: CopyDescriptor) -> Result<(Binding, Shape, Strides, usize), IoError> {
+    let CopyDescriptor {
+        handle,
+        shape,
+        strides,
+        elem_size,
+    } = descriptor;
+    if has_pitched_row_major_strides(&shape, &strides) {
+        Ok((handle, shape, strides, elem_size))
+    } else {
+        Err(IoError::UnsupportedStrides {
+            backtrace: BackTrace::capture(),
+        })
+    }
+}
+
 impl FrugalCudaServer {
     fn reserve_pinned(&mut self, size: usize) -> Option<Bytes> {
         let handle = self.pinned.reserve(size as u64).ok()?;
@@ -41,17 +60,7 @@ impl FrugalCudaServer {
     }
 
     fn copy_to_host(&mut self, descriptor: CopyDescriptor) -> Result<Bytes, IoError> {
-        let CopyDescriptor {
-            handle,
-            shape,
-            strides,
-            elem_size,
-        } = descriptor;
-        if !has_pitched_row_major_strides(&shape, &strides) {
-            return Err(IoError::UnsupportedStrides {
-                backtrace: BackTrace::capture(),
-            });
-        }
+        let (handle, shape, strides, elem_size) = pitched(descriptor)?;
         let num_bytes = shape.iter().product::<usize>() * elem_size;
         let mut bytes = self.reserve_host(num_bytes, true);
         let resource = self.resource(handle)?;
@@ -77,17 +86,7 @@ impl FrugalCudaServer {
         descriptor: CopyDescriptor,
         data: Bytes,
     ) -> Result<(), IoError> {
-        let CopyDescriptor {
-            handle,
-            shape,
-            strides,
-            elem_size,
-        } = descriptor;
-        if !has_pitched_row_major_strides(&shape, &strides) {
-            return Err(IoError::UnsupportedStrides {
-                backtrace: BackTrace::capture(),
-            });
-        }
+        let (handle, shape, strides, elem_size) = pitched(descriptor)?;
         let resource = self.resource(handle)?;
         let data = match data.property() {
             AllocationProperty::File => {
