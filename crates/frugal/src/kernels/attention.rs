@@ -16,6 +16,13 @@ use super::cube::kernel_dtype;
 use super::custom::{CubeCall, contiguous, wrap};
 use super::{ATTENTION_BACKWARDS, ATTENTION_FORWARDS, AttentionCall};
 
+/// A call's sizes, its bias's strides (batch, head, row) and its dtype, as the kernels take them.
+type Plan = (
+    AttentionShape,
+    Option<[usize; 3]>,
+    frugal_kernels::FloatDtype,
+);
+
 /// The kernel arguments of a call on tensors of these shapes, if the kernels take them: q
 /// `[b, h, sq, d]`, k and v `[b, h, sk, d]`, the bias `[b|1, h|1, sq|1, sk]`, one dtype.
 fn plan(
@@ -25,11 +32,7 @@ fn plan(
     bias: Option<&Shape>,
     dtypes: &[DType],
     call: &AttentionCall,
-) -> Option<(
-    AttentionShape,
-    Option<[usize; 3]>,
-    frugal_kernels::FloatDtype,
-)> {
+) -> Option<Plan> {
     let dtype = kernel_dtype(dtypes[0])?;
     if dtypes.iter().any(|d| *d != dtypes[0]) {
         return None;
@@ -77,11 +80,7 @@ fn plan_cube<R: CubeRuntime>(
     bias: Option<&CubeTensor<R>>,
     others: &[&CubeTensor<R>],
     call: &AttentionCall,
-) -> Option<(
-    AttentionShape,
-    Option<[usize; 3]>,
-    frugal_kernels::FloatDtype,
-)> {
+) -> Option<Plan> {
     let dtypes: Vec<DType> = [q, k, v]
         .into_iter()
         .chain(others.iter().copied())

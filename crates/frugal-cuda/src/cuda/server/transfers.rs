@@ -21,10 +21,17 @@ use crate::cuda::memory::PinnedBytesController;
 
 const MB: usize = 1 << 20;
 
-/// The parts of `descriptor` (buffer, shape, strides, element size) if its layout is rows of
-/// contiguous elements at a fixed pitch, the layouts `copy_2d` moves in one call; otherwise
-/// the error CubeCL's servers give for other strides.
-fn pitched(descriptor: CopyDescriptor) -> Result<(Binding, Shape, Strides, usize), IoError> {
+/// A buffer's layout as rows of contiguous elements at a fixed pitch: what `copy_2d` moves in
+/// one call.
+struct Pitched {
+    shape: Shape,
+    strides: Strides,
+    elem_size: usize,
+}
+
+/// `descriptor`'s buffer and layout if it is pitched rows (see [`Pitched`]); otherwise the
+/// error CubeCL's servers give for other strides.
+fn pitched(descriptor: CopyDescriptor) -> Result<(Binding, Pitched), IoError> {
     let CopyDescriptor {
         handle,
         shape,
@@ -32,7 +39,12 @@ fn pitched(descriptor: CopyDescriptor) -> Result<(Binding, Shape, Strides, usize
         elem_size,
     } = descriptor;
     if has_pitched_row_major_strides(&shape, &strides) {
-        Ok((handle, shape, strides, elem_size))
+        let layout = Pitched {
+            shape,
+            strides,
+            elem_size,
+        };
+        Ok((handle, layout))
     } else {
         Err(IoError::UnsupportedStrides {
             backtrace: BackTrace::capture(),
@@ -60,8 +72,8 @@ impl FrugalCudaServer {
     }
 
     fn copy_to_host(&mut self, descriptor: CopyDescriptor) -> Result<Bytes, IoError> {
-        let (handle, shape, strides, elem_size) = pitched(descriptor)?;
-        let num_bytes = shape.iter().product::<usize>() * elem_size;
+        let (handle, layout) = pitched(descriptor)?;
+        let num_bytes = layout.shape.iter().product::<usize>() * layout.elem_size;
         let mut bytes = self.reserve_host(num_bytes, true);
         let resource = self.resource(handle)?;
         let started = self.timer.start(self.stream);
@@ -69,9 +81,7 @@ impl FrugalCudaServer {
         // the packed copy, and the caller waits on a fence before reading it.
         unsafe {
             copy_2d(
-                &shape,
-                &strides,
-                elem_size,
+                &layout,
                 Direction::ToHost(&mut bytes),
                 resource.ptr,
                 self.stream,
@@ -86,7 +96,7 @@ impl FrugalCudaServer {
         descriptor: CopyDescriptor,
         data: Bytes,
     ) -> Result<(), IoError> {
-        let (handle, shape, strides, elem_size) = pitched(descriptor)?;
+        let (handle, layout) = pitched(descriptor)?;
         let resource = self.resource(handle)?;
         let data = match data.property() {
             AllocationProperty::File => {
@@ -101,9 +111,7 @@ impl FrugalCudaServer {
         // fence has passed.
         unsafe {
             copy_2d(
-                &shape,
-                &strides,
-                elem_size,
+                &layout,
                 Direction::ToDevice(&data),
                 resource.ptr,
                 self.stream,
@@ -170,13 +178,12 @@ enum Direction<'a> {
 /// `device` must cover the layout, the host side must hold the packed bytes, and it must stay
 /// alive until the stream has passed the copy.
 unsafe fn copy_2d(
-    shape: &Shape,
-    strides: &Strides,
-    elem_size: usize,
+    layout: &Pitched,
     direction: Direction<'_>,
     device: u64,
     stream: CUstream,
 ) -> Result<(), IoError> {
+    let (shape, strides, elem_size) = (&layout.shape, &layout.strides, layout.elem_size);
     let failed = |what: &str, e: String| IoError::Unknown {
         description: format!("CUDA {what} failed: {e}"),
         backtrace: BackTrace::capture(),
