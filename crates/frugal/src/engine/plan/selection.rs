@@ -327,15 +327,28 @@ impl StepRecord {
             };
             // The first eligible tensor, cheapest first, whose choice lowers the peak: a
             // recomputation brings its chain back at once, which may make a new peak there.
+            // Only a choice that brings bytes back (its chain, small inputs, chosen inputs) is
+            // tried on a copy first: a plain drop lowers every position it spans.
+            let brings_back = |c: &Candidate| {
+                c.spans
+                    .iter()
+                    .any(|s| !s.chain.members.is_empty() || !s.chain.small.is_empty())
+                    || needs_of(c)
+                        .iter()
+                        .any(|&t| inputs[t].iter().any(|&j| chosen[j]))
+            };
             let mut tried = 0;
             let pick = candidates.iter().filter(eligible).find_map(|c| {
+                if !brings_back(c) {
+                    return Some((c, None));
+                }
                 tried += 1;
                 if tried > PICK_TRIALS {
                     return None;
                 }
                 let mut trial = sim.clone();
                 apply(&mut trial, c, &needs_of(c));
-                (trial.held.iter().copied().max() < Some(most)).then_some((c, trial))
+                (trial.held.iter().copied().max() < Some(most)).then_some((c, Some(trial)))
             });
             if peak <= target || (pick.is_none() && peak <= ceiling) {
                 let mut cuts = vec![0];
@@ -372,6 +385,11 @@ impl StepRecord {
                 );
                 return None;
             };
+            let needs = needs_of(pick);
+            match trial {
+                Some(trial) => sim = trial,
+                None => apply(&mut sim, pick, &needs),
+            }
             let i = pick.position;
             chosen[i] = true;
             for span in &pick.spans {
@@ -386,8 +404,6 @@ impl StepRecord {
                     }
                 }
             }
-            let needs = needs_of(pick);
-            sim = trial;
             if !packs(i) {
                 recomputed.push((needs, pick.spans.iter().map(|span| span.back).collect()));
             }
@@ -398,8 +414,9 @@ impl StepRecord {
     }
 }
 
-/// How many of the eligible tensors, cheapest first, [`StepRecord::select`] tries before it
-/// gives up lowering the peak.
+/// How many of the eligible tensors that bring bytes back when recomputed (a chain, a chosen
+/// input), cheapest first, [`StepRecord::select`] tries on a copy of the simulated step before
+/// it gives up lowering the peak.
 const PICK_TRIALS: usize = 32;
 
 /// The simulated step under a selection being made (see [`StepRecord::select`]).
