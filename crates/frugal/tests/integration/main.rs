@@ -13,6 +13,7 @@ mod autocast;
 mod budget_cnn;
 mod budget_props;
 mod burn_nn_encoder;
+mod burn_nn_families;
 mod compressed_storage;
 mod grad_scaler;
 mod kernels;
