@@ -1,7 +1,8 @@
-//! Two more model families written from burn-nn's modules as a user writes them, trained with
-//! Adam under budgets of 1/2 and 1/3 of their peak on `Autodiff<Frugal<NdArray>>`: the same
-//! losses, bit for bit, as `Autodiff<NdArray>`, and live bytes within the budget after every
-//! phase (forward, backward, update) of every step.
+//! Model families written from burn-nn's modules as a user writes them, trained with Adam
+//! under budgets of a share of their peak on `Autodiff<Frugal<NdArray>>`: the same losses, bit
+//! for bit, as `Autodiff<NdArray>`, and live bytes within the budget after every phase
+//! (forward, backward, update) of every step. [`same_bits_within_budgets`] is the harness;
+//! `burn_nn_encoder.rs` runs burn-nn's `TransformerEncoder` on it. Here:
 //!
 //! - A language model over two stacked `Lstm`s: its forward pass is a long chain of small
 //!   per-timestep ops (gates, `sigmoid`, `tanh`, a slice of the sequence each step), which the
@@ -27,15 +28,20 @@ use frugal::{Frugal, RematStats};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-type Plain = Autodiff<NdArray>;
-type Managed = Autodiff<Frugal<NdArray>>;
+/// The inner backend alone.
+pub type Plain = Autodiff<NdArray>;
+/// The same under Frugal.
+pub type Managed = Autodiff<Frugal<NdArray>>;
 
-const STEPS: usize = 6;
 const BATCH: usize = 4;
 
 /// A model with its data: the loss of step `step`'s batch, drawn on the host so that the
-/// backend's random stream (parameter init) is the same in every run.
-trait Family<B: AutodiffBackend>: AutodiffModule<B> {
+/// backend's random stream (parameter init, dropout) is the same in every run.
+pub trait Family<B: AutodiffBackend>: AutodiffModule<B> {
+    /// The backend's seed, set before the model is made.
+    const SEED: u64;
+    /// Adam steps per run.
+    const STEPS: usize;
     fn init(device: &B::Device) -> Self;
     fn loss(&self, step: usize, device: &B::Device) -> Tensor<B, 1>;
 }
@@ -52,6 +58,9 @@ struct LstmLm<B: Backend> {
 }
 
 impl<B: AutodiffBackend> Family<B> for LstmLm<B> {
+    const SEED: u64 = 17;
+    const STEPS: usize = 6;
+
     fn init(device: &B::Device) -> Self {
         Self {
             embed: EmbeddingConfig::new(VOCAB, 16).init(device),
@@ -137,6 +146,9 @@ struct ResNet<B: Backend> {
 }
 
 impl<B: AutodiffBackend> Family<B> for ResNet<B> {
+    const SEED: u64 = 17;
+    const STEPS: usize = 6;
+
     fn init(device: &B::Device) -> Self {
         Self {
             stem: conv3([3, 8], 1).init(device),
@@ -173,18 +185,18 @@ impl<B: AutodiffBackend> Family<B> for ResNet<B> {
     }
 }
 
-/// The losses of `STEPS` Adam steps of `M`, as bits; `after_phase` runs after each step's
+/// The losses of `M::STEPS` Adam steps of `M`, as bits; `after_phase` runs after each step's
 /// forward pass, backward pass and update, `after_step` after each step.
 fn train<B: AutodiffBackend, M: Family<B>>(
     mut after_phase: impl FnMut(&B::Device),
     mut after_step: impl FnMut(&B::Device),
 ) -> Vec<u32> {
     let device = B::Device::default();
-    B::seed(&device, 17);
+    B::seed(&device, M::SEED);
     let mut model = M::init(&device);
     let mut optim = AdamConfig::new().init::<B, M>();
-    let mut losses = Vec::with_capacity(STEPS);
-    for step in 0..STEPS {
+    let mut losses = Vec::with_capacity(M::STEPS);
+    for step in 0..M::STEPS {
         frugal::memory::set_phase(&device, frugal::memory::Phase::Forward);
         let loss = model.loss(step, &device);
         after_phase(&device);
@@ -203,8 +215,12 @@ fn train<B: AutodiffBackend, M: Family<B>>(
 }
 
 /// Trains `M` without a budget, then under each of `fractions` of that run's peak: the losses
-/// must be the same bits, and live bytes within the budget after every phase.
-fn same_bits_within_budgets<M: Family<Managed>, P: Family<Plain>>(name: &str, fractions: &[f64]) {
+/// must be the same bits, and live bytes within the budget after every phase. Returns each
+/// budgeted run's counters, step by step, for the caller's own checks.
+pub fn same_bits_within_budgets<M: Family<Managed>, P: Family<Plain>>(
+    name: &str,
+    fractions: &[f64],
+) -> Vec<Vec<RematStats>> {
     let device = NdArrayDevice::Cpu;
     let plain = train::<Plain, P>(|_| {}, |_| {});
     frugal::memory::set_budget(&device, None);
@@ -213,6 +229,7 @@ fn same_bits_within_budgets<M: Family<Managed>, P: Family<Plain>>(name: &str, fr
     let unbudgeted =
         train::<Managed, M>(|d| peak = peak.max(frugal::memory::peak_bytes(d)), |_| {});
     assert_eq!(unbudgeted, plain, "{name} without a budget");
+    let mut runs = Vec::new();
     for &fraction in fractions {
         let budget = (peak as f64 * fraction) as u64;
         frugal::memory::set_budget(&device, Some(budget));
@@ -241,13 +258,16 @@ fn same_bits_within_budgets<M: Family<Managed>, P: Family<Plain>>(name: &str, fr
             "{name}'s losses at {fraction:.2} of its peak"
         );
         let ratios: Vec<f64> = steps.iter().map(RematStats::recompute_ratio).collect();
+        let packs: Vec<u64> = steps.iter().map(|s| s.packs).collect();
         eprintln!(
             "{name} at {fraction:.2} of its peak ({peak} B): recomputed / forward work by step \
-             {ratios:.2?}, selected {} B, segments {}",
+             {ratios:.2?}, masks packed by step {packs:?}, selected {} B, segments {}",
             steps.last().map_or(0, |s| s.plan_selected_bytes),
             steps.last().map_or(0, |s| s.plan_segments),
         );
+        runs.push(steps);
     }
+    runs
 }
 
 #[test]
