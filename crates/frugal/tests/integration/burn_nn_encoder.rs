@@ -17,13 +17,11 @@ use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor, TensorData};
 use frugal::RematStats;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
-use crate::burn_nn_families::{Family, Managed, Plain, same_bits_within_budgets};
+use crate::burn_nn_families::{Family, Managed, Plain, next_tokens, same_bits_within_budgets};
 
 const BATCH: usize = 8;
 const SEQ: usize = 32;
@@ -51,16 +49,7 @@ impl<B: AutodiffBackend> Family<B> for EncoderLm<B> {
     }
 
     fn loss(&self, step: usize, device: &B::Device) -> Tensor<B, 1> {
-        let mut rng = StdRng::seed_from_u64(2000 + step as u64);
-        let tokens: Vec<i64> = (0..BATCH * (SEQ + 1))
-            .map(|_| rng.random_range(0..VOCAB as i64))
-            .collect();
-        let row = |r: usize, from: usize| tokens[r * (SEQ + 1) + from..][..SEQ].to_vec();
-        let input: Vec<i64> = (0..BATCH).flat_map(|r| row(r, 0)).collect();
-        let targets: Vec<i64> = (0..BATCH).flat_map(|r| row(r, 1)).collect();
-        let input = Tensor::<B, 2, Int>::from_data(TensorData::new(input, [BATCH, SEQ]), device);
-        let targets =
-            Tensor::<B, 1, Int>::from_data(TensorData::new(targets, [BATCH * SEQ]), device);
+        let (input, targets) = next_tokens(2000 + step as u64, [BATCH, SEQ], VOCAB, device);
         let mask = generate_autoregressive_mask::<B>(BATCH, SEQ, device);
         let x = self.embed.forward(input);
         let x = self

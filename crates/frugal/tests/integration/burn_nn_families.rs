@@ -46,6 +46,27 @@ pub trait Family<B: AutodiffBackend>: AutodiffModule<B> {
     fn loss(&self, step: usize, device: &B::Device) -> Tensor<B, 1>;
 }
 
+/// `batch` rows of `seq` random tokens below `vocab` and, for each, the token after it (the
+/// targets, flattened), drawn on the host from `seed`.
+pub fn next_tokens<B: Backend>(
+    seed: u64,
+    [batch, seq]: [usize; 2],
+    vocab: usize,
+    device: &B::Device,
+) -> (Tensor<B, 2, Int>, Tensor<B, 1, Int>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tokens: Vec<i64> = (0..batch * (seq + 1))
+        .map(|_| rng.random_range(0..vocab as i64))
+        .collect();
+    let row = |r: usize, from: usize| tokens[r * (seq + 1) + from..][..seq].to_vec();
+    let input: Vec<i64> = (0..batch).flat_map(|r| row(r, 0)).collect();
+    let targets: Vec<i64> = (0..batch).flat_map(|r| row(r, 1)).collect();
+    (
+        Tensor::from_data(TensorData::new(input, [batch, seq]), device),
+        Tensor::from_data(TensorData::new(targets, [batch * seq]), device),
+    )
+}
+
 const VOCAB: usize = 64;
 const SEQ: usize = 16;
 
@@ -71,16 +92,7 @@ impl<B: AutodiffBackend> Family<B> for LstmLm<B> {
     }
 
     fn loss(&self, step: usize, device: &B::Device) -> Tensor<B, 1> {
-        let mut rng = StdRng::seed_from_u64(3000 + step as u64);
-        let tokens: Vec<i64> = (0..BATCH * (SEQ + 1))
-            .map(|_| rng.random_range(0..VOCAB as i64))
-            .collect();
-        let row = |r: usize, from: usize| tokens[r * (SEQ + 1) + from..][..SEQ].to_vec();
-        let input: Vec<i64> = (0..BATCH).flat_map(|r| row(r, 0)).collect();
-        let targets: Vec<i64> = (0..BATCH).flat_map(|r| row(r, 1)).collect();
-        let input = Tensor::<B, 2, Int>::from_data(TensorData::new(input, [BATCH, SEQ]), device);
-        let targets =
-            Tensor::<B, 1, Int>::from_data(TensorData::new(targets, [BATCH * SEQ]), device);
+        let (input, targets) = next_tokens(3000 + step as u64, [BATCH, SEQ], VOCAB, device);
         let x = self.embed.forward(input);
         let (x, _) = self.lower.forward(x, None);
         let (x, _) = self.upper.forward(x, None);
