@@ -291,6 +291,8 @@ struct RunLine {
     /// frugal-cuda: what the first step compiled and how long that took.
     first_step_compiled: Option<u64>,
     first_step_compile_s: Option<f64>,
+    /// frugal-cuda: the part of the first step's compilation spent in NVRTC.
+    first_step_nvrtc_s: Option<f64>,
     /// frugal-cuda: kernels compiled in each step after the first.
     later_compiled: Option<Vec<u64>>,
 }
@@ -374,6 +376,7 @@ where
         compressed_bytes: remat.compressed_bytes,
         first_step_compiled: first_compile.map(|c| c.compiled),
         first_step_compile_s: first_compile.map(|c| c.compiling.as_secs_f64()),
+        first_step_nvrtc_s: first_compile.map(|c| c.nvrtc.as_secs_f64()),
         later_compiled: counts.map(|_| compiled),
     }
 }

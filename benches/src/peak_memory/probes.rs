@@ -15,6 +15,21 @@ pub struct KernelsInStep {
     pub compile_ms: f64,
     /// Time spent loading kernels into the context.
     pub load_ms: f64,
+    /// The part of `compile_ms` spent in NVRTC.
+    pub nvrtc_ms: f64,
+}
+
+impl KernelsInStep {
+    /// What happened between `before` and `self` (two readings of one process's counts).
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            compiled: self.compiled - before.compiled,
+            from_disk: self.from_disk - before.from_disk,
+            compile_ms: self.compile_ms - before.compile_ms,
+            load_ms: self.load_ms - before.load_ms,
+            nvrtc_ms: self.nvrtc_ms - before.nvrtc_ms,
+        }
+    }
 }
 
 /// frugal-cuda's kernels made ready so far in this process (`None` on other runtimes).
@@ -27,6 +42,7 @@ pub fn kernel_loads(frugal_cuda: bool) -> Option<KernelsInStep> {
             from_disk: loads.from_disk,
             compile_ms: loads.compile_nanos as f64 / 1e6,
             load_ms: loads.load_nanos as f64 / 1e6,
+            nvrtc_ms: loads.nvrtc_nanos as f64 / 1e6,
         });
     }
     let _ = frugal_cuda;

@@ -174,12 +174,7 @@ pub fn run<A: AutodiffBackend>(
         every_step_ms.push(elapsed);
         let kernels = kernel_loads(on_frugal_cuda)
             .zip(loads_before)
-            .map(|(after, before)| KernelsInStep {
-                compiled: after.compiled - before.compiled,
-                from_disk: after.from_disk - before.from_disk,
-                compile_ms: after.compile_ms - before.compile_ms,
-                load_ms: after.load_ms - before.load_ms,
-            });
+            .map(|(after, before)| after.since(&before));
         let driver = driver_calls(&device)
             .zip(driver_before)
             .map(|(after, before)| after.since(&before));
@@ -383,6 +378,7 @@ mod tests {
             from_disk: 6,
             compile_ms: 1.24,
             load_ms: 0.5,
+            nvrtc_ms: 1.0,
         };
         let driver = DriverInStep {
             misses: 7,

@@ -6,7 +6,8 @@
 //! instructions) with the CUDA headers on the include path, loaded with `cuModuleLoadData`, and
 //! cached per kernel id (which includes the execution mode). NVRTC's cubin for the device's
 //! architecture is loaded (PTX only where it makes none: the driver would compile PTX again in
-//! every process) and kept on disk ([`crate::kernel_cache`]), keyed by the kernel id's stable
+//! every process). NVRTC parses the CUDA headers once per process and reuses them (automatic
+//! precompiled headers, NVRTC 12.4 on; [`PRECOMPILED_HEADERS_ENV`] turns that off) and kept on disk ([`crate::kernel_cache`]), keyed by the kernel id's stable
 //! hash, the options and the NVRTC and driver versions, so that another process loads it
 //! without generating code, running NVRTC or the driver's compiler.
 
@@ -40,6 +41,8 @@ static COMPILED: AtomicU64 = AtomicU64::new(0);
 static FROM_DISK: AtomicU64 = AtomicU64::new(0);
 /// Nanoseconds spent generating code and running NVRTC.
 static COMPILE_NANOS: AtomicU64 = AtomicU64::new(0);
+/// Nanoseconds of those spent in NVRTC alone.
+static NVRTC_NANOS: AtomicU64 = AtomicU64::new(0);
 /// Nanoseconds spent loading compiled kernels into the context (from NVRTC or the disk).
 static LOAD_NANOS: AtomicU64 = AtomicU64::new(0);
 
@@ -54,6 +57,8 @@ pub struct KernelLoads {
     pub from_disk: u64,
     /// Time spent generating code and running NVRTC, in nanoseconds.
     pub compile_nanos: u64,
+    /// The part of `compile_nanos` spent in NVRTC (the rest is CubeCL's code generation).
+    pub nvrtc_nanos: u64,
     /// Time spent loading kernels into the context, in nanoseconds (a cubin loads as it is; a
     /// PTX image is compiled for the device by the driver first).
     pub load_nanos: u64,
@@ -65,6 +70,7 @@ pub fn kernel_loads() -> KernelLoads {
         compiled: COMPILED.load(Relaxed),
         from_disk: FROM_DISK.load(Relaxed),
         compile_nanos: COMPILE_NANOS.load(Relaxed),
+        nvrtc_nanos: NVRTC_NANOS.load(Relaxed),
         load_nanos: LOAD_NANOS.load(Relaxed),
     }
 }
@@ -88,9 +94,9 @@ pub(crate) struct KernelContext {
     pub properties: DeviceProperties,
     /// PTX on disk (`None`: turned off).
     disk: Option<KernelCache>,
-    /// The NVRTC and driver versions, part of every disk cache key (read at the first
-    /// compilation, when NVRTC is loaded anyway).
-    versions: Option<String>,
+    /// The NVRTC and driver versions (read at the first compilation, when NVRTC is loaded
+    /// anyway).
+    toolchain: Option<Toolchain>,
 }
 
 fn generic(reason: impl Into<String>) -> CompilationError {
@@ -115,7 +121,7 @@ impl KernelContext {
             options,
             properties,
             disk: KernelCache::from_env(),
-            versions: None,
+            toolchain: None,
         }
     }
 
@@ -157,14 +163,19 @@ impl KernelContext {
         // Keyed before code generation, as CubeCL's own PTX cache is (the kernel id's stable
         // hash names the kernel and every setting that changes its code): a hit skips both
         // CubeCL's code generation and NVRTC.
-        let versions = self.versions.get_or_insert_with(toolchain_versions);
+        let toolchain = *self.toolchain.get_or_insert_with(Toolchain::read);
         let key = KernelKey::of(&[
             &kernel_id.stable_hash().to_le_bytes(),
             options.join(" ").as_bytes(),
             format!("{:?}", self.options).as_bytes(),
-            versions.as_bytes(),
+            toolchain.key_text().as_bytes(),
             IMAGE_FORMAT,
         ]);
+        // After the key: a precompiled header changes how fast NVRTC reads the CUDA headers,
+        // not what it makes.
+        if toolchain.precompiled_headers() {
+            options.push(PRECOMPILED_HEADERS);
+        }
         if let Some(entry) = self
             .disk
             .as_ref()
@@ -217,7 +228,10 @@ impl KernelContext {
         let image = unsafe {
             let program = cudarc::nvrtc::result::create_program(source.as_c_str(), None)
                 .map_err(|e| generic(format!("{e:?}")))?;
-            let image = match cudarc::nvrtc::result::compile_program(program, &options) {
+            let nvrtc_started = Instant::now();
+            let compiled_program = cudarc::nvrtc::result::compile_program(program, &options);
+            NVRTC_NANOS.fetch_add(nvrtc_started.elapsed().as_nanos() as u64, Relaxed);
+            let image = match compiled_program {
                 Ok(()) => cubin(program).map(Ok).unwrap_or_else(|| {
                     cudarc::nvrtc::result::get_ptx(program)
                         .map(|ptx| ptx.into_iter().map(|c| c as u8).collect())
@@ -343,16 +357,54 @@ unsafe fn cubin(program: cudarc::nvrtc::sys::nvrtcProgram) -> Option<Vec<u8>> {
     }
 }
 
-/// The NVRTC and driver versions, as text for the disk cache's keys.
-fn toolchain_versions() -> String {
-    let (mut major, mut minor, mut driver) = (0, 0, 0);
-    // SAFETY: plain out-parameter queries; failures leave zeros, which only make keys
-    // differ from those of a working toolchain.
-    unsafe {
-        cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor);
-        cudarc::driver::sys::cuDriverGetVersion(&mut driver);
+/// NVRTC's option for automatic precompiled headers: the CUDA headers every kernel includes
+/// (`cuda_fp16.h`, `cuda_bf16.h`, the `mma` and barrier headers of tensor-core kernels) are
+/// parsed once per process and reused by every later program that includes them first, which
+/// makes a cold process's compilations several times faster. NVRTC has it from 12.4 on.
+const PRECOMPILED_HEADERS: &str = "--pch";
+
+/// Set to `off` to compile every kernel without precompiled headers (should NVRTC misbehave
+/// with them).
+pub const PRECOMPILED_HEADERS_ENV: &str = "FRUGAL_CUDA_NVRTC_PCH";
+
+/// The NVRTC and driver in use.
+#[derive(Clone, Copy, Debug)]
+struct Toolchain {
+    nvrtc: (i32, i32),
+    driver: i32,
+}
+
+impl Toolchain {
+    fn read() -> Self {
+        let (mut major, mut minor, mut driver) = (0, 0, 0);
+        // SAFETY: plain out-parameter queries; failures leave zeros, which only make keys
+        // differ from those of a working toolchain and turn precompiled headers off.
+        unsafe {
+            cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor);
+            cudarc::driver::sys::cuDriverGetVersion(&mut driver);
+        }
+        Self {
+            nvrtc: (major, minor),
+            driver,
+        }
     }
-    format!("nvrtc {major}.{minor} driver {driver}")
+
+    /// The versions as text, part of every disk cache key.
+    fn key_text(&self) -> String {
+        let ((major, minor), driver) = (self.nvrtc, self.driver);
+        format!("nvrtc {major}.{minor} driver {driver}")
+    }
+
+    /// Whether to compile with [`PRECOMPILED_HEADERS`].
+    fn precompiled_headers(&self) -> bool {
+        supports_precompiled_headers(self.nvrtc)
+            && std::env::var(PRECOMPILED_HEADERS_ENV).map_or(true, |v| v != "off")
+    }
+}
+
+/// Whether an NVRTC of this version takes [`PRECOMPILED_HEADERS`].
+fn supports_precompiled_headers(nvrtc: (i32, i32)) -> bool {
+    nvrtc >= (12, 4)
 }
 
 impl KernelContext {
@@ -462,5 +514,13 @@ mod tests {
         // Cut inside the entry point's name, or with no image left: a miss, not a bad load.
         assert!(CachedKernel::decode(&bytes[..15]).is_none());
         assert!(CachedKernel::decode(&bytes[..12 + "kernel_main".len()]).is_none());
+    }
+
+    #[test]
+    fn precompiled_headers_from_nvrtc_12_4_on() {
+        assert!(!supports_precompiled_headers((0, 0)));
+        assert!(!supports_precompiled_headers((12, 3)));
+        assert!(supports_precompiled_headers((12, 4)));
+        assert!(supports_precompiled_headers((13, 0)));
     }
 }

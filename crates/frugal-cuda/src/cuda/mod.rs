@@ -30,7 +30,7 @@ mod server;
 mod tma;
 
 pub use blas::blas_available;
-pub use compiler::{KernelLoads, kernel_loads};
+pub use compiler::{KernelLoads, PRECOMPILED_HEADERS_ENV, kernel_loads};
 pub use hold::{HeldDeviceMemory, hold_device_memory};
 pub use launch_timing::{LaunchTimings, LaunchTotal};
 pub use memory::CudaDeviceMemory;
