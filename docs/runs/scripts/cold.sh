@@ -4,7 +4,10 @@
 # cache in ~/.cache/cubecl, the driver's in ~/.nv).
 # Arguments: tag:limit_s:env:gpt flags (env: NAME=VALUE,... or empty; default: f32, then bf16
 # with low outputs).
-cd "$(dirname "$0")"; gunzip -kf gpt.gz; chmod +x gpt; G=$(pwd)/gpt
+cd "$(dirname "$0")"
+if [ -f gpt.xz ]; then python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" gpt.xz gpt
+else gunzip -kf gpt.gz; fi
+chmod +x gpt; G=$(pwd)/gpt
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 specs=("$@"); [ ${#specs[@]} -eq 0 ] && specs=("f32:270::" "bf16:290::--precision bf16 --low-outputs")
 for spec in "${specs[@]}"; do
