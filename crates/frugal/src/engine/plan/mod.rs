@@ -177,6 +177,9 @@ pub(crate) struct StepPlan {
     pressure_at: [u64; PRESSURE_SEEN],
     /// The step length and budget the segments were decided for.
     segments_for: Option<(Option<u64>, Option<u64>)>,
+    /// The ordinal of the first forward pass that began under the current segments: a
+    /// recorded step made before it ran under other cuts, or under none.
+    segments_began: Option<u64>,
 }
 
 impl Default for StepPlan {
@@ -206,6 +209,7 @@ impl Default for StepPlan {
             pressure: 0,
             pressure_at: [0; PRESSURE_SEEN],
             segments_for: None,
+            segments_began: None,
         }
     }
 }

@@ -11,6 +11,10 @@ use super::StepPlan;
 pub(super) struct StepRecord {
     /// The step's length in tensors.
     pub(super) period: u64,
+    /// The ordinal of the earliest tensor in the record. Positions count from the forward
+    /// pass's first tensor and wrap around the period, so the tensors after the optimizer's
+    /// tail are those of the step before, made from this ordinal on.
+    pub(super) first: u64,
     /// Length of each forward pass in tensors: a pass beginning at position `b` ends at
     /// `b + end`.
     pub(super) end: u64,
@@ -238,6 +242,7 @@ impl StepPlan {
         };
         let record = StepRecord {
             period,
+            first,
             end,
             passes,
             base_live,

@@ -111,6 +111,7 @@ impl StepPlan {
             self.settled = false;
             self.before_shrink = None;
             self.segments = limit.and_then(|limit| self.cut_segments(limit));
+            self.segments_began = None;
         }
         let Some(segments) = self.segments.as_ref() else {
             self.segmented_step = false;
@@ -128,6 +129,9 @@ impl StepPlan {
             }
             self.pressure = 0;
             self.segmented_step = self.segments.is_some();
+            if self.segments.is_some() && self.segments_began.is_none() {
+                self.segments_began = Some(ordinal);
+            }
             let was_open = std::mem::replace(&mut self.segment_open, self.segments.is_some());
             return match (was_open, self.segments.as_ref()) {
                 (_, Some(segments)) => Some(SegmentEvent::Open {
@@ -172,6 +176,7 @@ impl StepPlan {
             Some((before, share, before_pressure)) if pressure >= before_pressure => {
                 // Smaller segments did not help: back to the cuts before, and stay there.
                 self.segments = Some(before);
+                self.segments_began = None;
                 self.segment_share = share;
                 false
             }
@@ -207,6 +212,7 @@ impl StepPlan {
             .take()
             .map(|segments| (segments, before, pressure));
         self.segments = next;
+        self.segments_began = None;
     }
 
     fn close_open_segment(&mut self) -> Option<SegmentEvent> {
@@ -220,9 +226,14 @@ impl StepPlan {
         let (period, end) = (record.period, record.end);
         let p = period as usize;
         // How far the simulation was from the step the last cuts ran: where the real step
-        // held more than the simulated one, the budget had to make room.
+        // held more than the simulated one, the budget had to make room. Only a step made
+        // wholly under those cuts compares (the record can begin inside the step before: see
+        // [`StepRecord::first`]).
         if log::log_enabled!(log::Level::Debug)
             && let Some(old) = self.segments.as_ref().filter(|old| !old.selective)
+            && self
+                .segments_began
+                .is_some_and(|began| record.first >= began)
         {
             let parked = Parked {
                 bytes: old.parked_bytes,
@@ -231,7 +242,8 @@ impl StepPlan {
             let simulated = record.simulate_curve(&old.cuts, &old.last_read, parked);
             let actual = &record.live;
             let excess = |k: usize| actual[k] as i64 - simulated[k];
-            if let Some(worst) = (0..p).max_by_key(|&k| excess(k)) {
+            // The forward pass's first tensor is counted before the parked state leaves.
+            if let Some(worst) = (1..p).max_by_key(|&k| excess(k)) {
                 log::debug!(
                     "frugal: step plan: under the last cuts ({} segments) the step held at most \
                      {} B, the simulation {} B; the real step held {} B more than simulated at \

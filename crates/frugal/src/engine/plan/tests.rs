@@ -464,6 +464,7 @@ fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
     // backward pass (in reverse), then four backward tensors.
     let record = StepRecord {
         period: 8,
+        first: 0,
         end: 4,
         passes: vec![0],
         base_live: 10,
@@ -517,6 +518,7 @@ fn the_simulated_step_holds_a_dropped_checkpoint_until_the_segment_after_it_come
     // checkpoint the program drops at once. The backward pass (5..) reads the third at 8.
     let record = StepRecord {
         period: 10,
+        first: 0,
         end: 5,
         passes: vec![0],
         base_live: 0,
@@ -557,6 +559,7 @@ fn a_selection_drops_the_cheapest_tensor_held_across_the_peak() {
     // backward pass (5..) reads b at 6, a at 7, x at 8.
     let record = |costs: [f32; 2]| StepRecord {
         period: 9,
+        first: 0,
         end: 5,
         passes: vec![0],
         base_live: 0,
@@ -822,6 +825,7 @@ fn a_selection_recomputes_a_tensor_through_the_inputs_the_program_drops() {
     // `softmax(mask_fill(q·kᵀ))` written out; the backward pass (7..) reads a at 8, p at 9.
     let record = |s_cost: f32| StepRecord {
         period: 12,
+        first: 0,
         end: 7,
         passes: vec![0],
         base_live: 0,
@@ -878,6 +882,7 @@ fn a_selection_packs_a_random_draw_of_zeros_and_ones_it_cannot_recompute() {
     // 161 B.
     let record = StepRecord {
         period: 10,
+        first: 0,
         end: 5,
         passes: vec![0],
         base_live: 0,
@@ -926,6 +931,7 @@ fn a_packed_mask_and_the_product_that_reads_it_are_both_chosen() {
     // recomputes. The backward pass (6..11) reads P at 8 and M at 9. At 5: 170 B.
     let record = StepRecord {
         period: 11,
+        first: 0,
         end: 6,
         passes: vec![0],
         base_live: 0,
