@@ -3,8 +3,9 @@
 //!
 //! The mapping of a row-major product onto the column-major library is [`crate::gemm`]'s.
 //!
-//! The library is loaded at run time (`libcublasLt.so`); where it is missing, [`gemm`] says so
-//! and the caller keeps CubeCL's kernels. Descriptors and the chosen algorithm are cached per
+//! The library is loaded at run time (`libcublasLt.so`); where it is missing,
+//! [`FrugalCudaServer::gemm`](crate::FrugalCudaServer::gemm) says so and the caller keeps
+//! CubeCL's kernels. Descriptors and the chosen algorithm are cached per
 //! shape, layout and alignment, so a training step's repeated products pay the heuristic once.
 //!
 //! This file is the library's wrapper and needs nothing of the server; the server's side of a
