@@ -180,6 +180,8 @@ pub(crate) struct StepPlan {
     /// The ordinal of the first forward pass that began under the current segments: a
     /// recorded step made before it ran under other cuts, or under none.
     segments_began: Option<u64>,
+    /// The current segments' simulation was compared with a step made under them.
+    simulation_compared: bool,
 }
 
 impl Default for StepPlan {
@@ -210,6 +212,7 @@ impl Default for StepPlan {
             pressure_at: [0; PRESSURE_SEEN],
             segments_for: None,
             segments_began: None,
+            simulation_compared: false,
         }
     }
 }

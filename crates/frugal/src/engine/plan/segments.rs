@@ -112,6 +112,7 @@ impl StepPlan {
             self.before_shrink = None;
             self.segments = limit.and_then(|limit| self.cut_segments(limit));
             self.segments_began = None;
+            self.simulation_compared = false;
         }
         let Some(segments) = self.segments.as_ref() else {
             self.segmented_step = false;
@@ -124,6 +125,10 @@ impl StepPlan {
             return Some(SegmentEvent::Open { park: Vec::new() });
         }
         if position == 0 {
+            // Once per set of cuts, with the debug log on.
+            if log::log_enabled!(log::Level::Debug) && !self.simulation_compared {
+                self.simulation_compared = self.log_simulation_error();
+            }
             if self.segmented_step && !self.settled {
                 self.adapt_segments(limit);
             }
@@ -177,6 +182,7 @@ impl StepPlan {
                 // Smaller segments did not help: back to the cuts before, and stay there.
                 self.segments = Some(before);
                 self.segments_began = None;
+                self.simulation_compared = false;
                 self.segment_share = share;
                 false
             }
@@ -213,6 +219,53 @@ impl StepPlan {
             .map(|segments| (segments, before, pressure));
         self.segments = next;
         self.segments_began = None;
+        self.simulation_compared = false;
+    }
+
+    /// Logs how far the simulation of the current cuts was from the last recorded step, if
+    /// that whole step ran under them (the record can begin inside the step before: see
+    /// [`StepRecord::first`](super::record::StepRecord::first)); whether it did. Where the
+    /// real step held more than the simulated one, the budget had to make room.
+    fn log_simulation_error(&self) -> bool {
+        let Some(old) = self.segments.as_ref().filter(|old| !old.selective) else {
+            return false;
+        };
+        let Some((record, _)) = self.last_step() else {
+            return false;
+        };
+        if self.segments_began.is_none_or(|began| record.first < began) {
+            return false;
+        }
+        let (p, end) = (record.period as usize, record.end);
+        let parked = Parked {
+            bytes: old.parked_bytes,
+            until: old.parked_until,
+        };
+        let simulated = record.simulate_curve(&old.cuts, &old.last_read, parked);
+        let actual = &record.live;
+        let excess = |k: usize| actual[k] as i64 - simulated[k];
+        // The forward pass's first tensor is counted before the parked state leaves.
+        let Some(worst) = (1..p).max_by_key(|&k| excess(k)) else {
+            return false;
+        };
+        log::debug!(
+            "frugal: step plan: under the cuts ({} segments) the step held at most {} B, the \
+             simulation {} B; the real step held {} B more than simulated at position {worst} \
+             (the forward pass ends at {end})",
+            old.cuts.len(),
+            actual.iter().max().unwrap_or(&0),
+            simulated.iter().max().unwrap_or(&0),
+            excess(worst),
+        );
+        log::trace!(
+            "frugal: step plan: simulated / real live MiB by position: {}",
+            (0..p)
+                .step_by((p / 40).max(1))
+                .map(|k| format!("{k}:{}/{}", simulated[k] >> 20, actual[k] >> 20))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        true
     }
 
     fn close_open_segment(&mut self) -> Option<SegmentEvent> {
@@ -224,45 +277,6 @@ impl StepPlan {
     fn cut_segments(&mut self, limit: u64) -> Option<Segments> {
         let (record, anchor) = self.last_step()?;
         let (period, end) = (record.period, record.end);
-        let p = period as usize;
-        // How far the simulation was from the step the last cuts ran: where the real step
-        // held more than the simulated one, the budget had to make room. Only a step made
-        // wholly under those cuts compares (the record can begin inside the step before: see
-        // [`StepRecord::first`]).
-        if log::log_enabled!(log::Level::Debug)
-            && let Some(old) = self.segments.as_ref().filter(|old| !old.selective)
-            && self
-                .segments_began
-                .is_some_and(|began| record.first >= began)
-        {
-            let parked = Parked {
-                bytes: old.parked_bytes,
-                until: old.parked_until,
-            };
-            let simulated = record.simulate_curve(&old.cuts, &old.last_read, parked);
-            let actual = &record.live;
-            let excess = |k: usize| actual[k] as i64 - simulated[k];
-            // The forward pass's first tensor is counted before the parked state leaves.
-            if let Some(worst) = (1..p).max_by_key(|&k| excess(k)) {
-                log::debug!(
-                    "frugal: step plan: under the last cuts ({} segments) the step held at most \
-                     {} B, the simulation {} B; the real step held {} B more than simulated at \
-                     position {worst} (the forward pass ends at {end})",
-                    old.cuts.len(),
-                    actual.iter().max().unwrap_or(&0),
-                    simulated.iter().max().unwrap_or(&0),
-                    excess(worst),
-                );
-                log::trace!(
-                    "frugal: step plan: simulated / real live MiB by position: {}",
-                    (0..p)
-                        .step_by((p / 40).max(1))
-                        .map(|k| format!("{k}:{}/{}", simulated[k] >> 20, actual[k] >> 20))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                );
-            }
-        }
         let unsegmented = record.simulate(&[0], &[], Parked::NONE);
         if unsegmented <= limit {
             log::debug!(
