@@ -173,7 +173,7 @@ impl KernelContext {
         ]);
         // After the key: a precompiled header changes how fast NVRTC reads the CUDA headers,
         // not what it makes.
-        if toolchain.precompiled_headers() {
+        if toolchain.precompiled_headers {
             options.push(PRECOMPILED_HEADERS);
         }
         if let Some(entry) = self
@@ -372,6 +372,9 @@ pub const PRECOMPILED_HEADERS_ENV: &str = "FRUGAL_CUDA_NVRTC_PCH";
 struct Toolchain {
     nvrtc: (i32, i32),
     driver: i32,
+    /// Whether to compile with [`PRECOMPILED_HEADERS`]: NVRTC takes them, and
+    /// [`PRECOMPILED_HEADERS_ENV`] does not turn them off (read once, with the versions).
+    precompiled_headers: bool,
 }
 
 impl Toolchain {
@@ -386,6 +389,8 @@ impl Toolchain {
         Self {
             nvrtc: (major, minor),
             driver,
+            precompiled_headers: supports_precompiled_headers((major, minor))
+                && std::env::var(PRECOMPILED_HEADERS_ENV).map_or(true, |v| v != "off"),
         }
     }
 
@@ -393,12 +398,6 @@ impl Toolchain {
     fn key_text(&self) -> String {
         let ((major, minor), driver) = (self.nvrtc, self.driver);
         format!("nvrtc {major}.{minor} driver {driver}")
-    }
-
-    /// Whether to compile with [`PRECOMPILED_HEADERS`].
-    fn precompiled_headers(&self) -> bool {
-        supports_precompiled_headers(self.nvrtc)
-            && std::env::var(PRECOMPILED_HEADERS_ENV).map_or(true, |v| v != "off")
     }
 }
 

@@ -110,9 +110,8 @@ impl StepPlan {
             self.segment_share = SEGMENT_SHARE;
             self.settled = false;
             self.before_shrink = None;
-            self.segments = limit.and_then(|limit| self.cut_segments(limit));
-            self.segments_began = None;
-            self.simulation_compared = false;
+            let segments = limit.and_then(|limit| self.cut_segments(limit));
+            self.set_segments(segments);
         }
         let Some(segments) = self.segments.as_ref() else {
             self.segmented_step = false;
@@ -180,9 +179,7 @@ impl StepPlan {
             _ if self.segment_share <= MIN_SEGMENT_SHARE => false,
             Some((before, share, before_pressure)) if pressure >= before_pressure => {
                 // Smaller segments did not help: back to the cuts before, and stay there.
-                self.segments = Some(before);
-                self.segments_began = None;
-                self.simulation_compared = false;
+                self.set_segments(Some(before));
                 self.segment_share = share;
                 false
             }
@@ -217,7 +214,13 @@ impl StepPlan {
             .segments
             .take()
             .map(|segments| (segments, before, pressure));
-        self.segments = next;
+        self.set_segments(next);
+    }
+
+    /// Puts `segments` in place: no step has begun under them yet, nor been compared with
+    /// their simulation.
+    fn set_segments(&mut self, segments: Option<Segments>) {
+        self.segments = segments;
         self.segments_began = None;
         self.simulation_compared = false;
     }
