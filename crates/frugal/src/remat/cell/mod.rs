@@ -525,8 +525,11 @@ impl<B: Backend, K: Kind<B>> CellOf<K::Prim> for Cell<B, K> {
         // that depends on this one, which must then stay readable.
         if self.core.dependents.load(Relaxed) > 0 || slot.state.status() != Status::Resident {
             drop(slot);
-            let (tensor, _) = self.get_with_storage();
-            return (tensor, None);
+            // The evicted tensors that need it keep it recomputable; its bytes go now, not
+            // when they are gone, as the plan's simulation frees a tensor at its last read.
+            let (tensor, storage) = self.get_with_storage();
+            self.evict_dropped();
+            return (tensor, Some(storage));
         }
         let max_depth = self.core.state.budget.max_depth();
         let State::Resident(tensor, storage) = std::mem::replace(&mut slot.state, State::Gone)

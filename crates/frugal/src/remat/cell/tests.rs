@@ -162,6 +162,30 @@ fn a_cell_that_forgets_its_recipe_lets_the_dropped_tensors_it_was_computed_from_
 }
 
 #[test]
+fn a_tensor_consumed_while_an_evicted_one_needs_it_is_evicted_not_held() {
+    // a (no recipe) -> b -> c: c is dropped to be recomputed, then the program's last read of
+    // b consumes it.
+    let device = Default::default();
+    let a = Nd::float_from_data(burn_backend::TensorData::from([1.0f32, 2.0]), &device);
+    let storage = Arc::new(state().charge(&a, float::op(float::Op::float_exp)));
+    let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0, Origin::OPAQUE);
+    let b = exp_of(&a);
+    let c = exp_of(&b);
+    let expected = values(c.get());
+    assert!(c.evict());
+    let (read, keep) = b.consume();
+    assert!(
+        keep.is_some(),
+        "the op keeps the input's charge until its outputs are charged"
+    );
+    drop((read, keep));
+    // b held its buffer until c went; now it keeps only its recipe, which c's needs.
+    assert_eq!(b.status(), Status::Evicted);
+    assert_eq!(values(c.get()), expected);
+    assert_eq!(a.status(), Status::Resident);
+}
+
+#[test]
 fn a_packed_bernoulli_draw_comes_back_bit_for_bit_from_a_quarter_of_its_bytes() {
     let device = Default::default();
     let draw = Nd::float_random(
