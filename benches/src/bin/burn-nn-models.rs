@@ -288,6 +288,10 @@ struct RunLine {
     recomputed_bytes: u64,
     offloaded_bytes: u64,
     compressed_bytes: u64,
+    /// The plan's simulated peak under its last cuts, and the peak measured on the first step
+    /// made under them (0: none).
+    plan_estimated_peak: u64,
+    plan_measured_peak: u64,
     /// frugal-cuda: what the first step compiled and how long that took.
     first_step_compiled: Option<u64>,
     first_step_compile_s: Option<f64>,
@@ -374,6 +378,8 @@ where
         recomputed_bytes: remat.recomputed_bytes,
         offloaded_bytes: remat.offloaded_bytes,
         compressed_bytes: remat.compressed_bytes,
+        plan_estimated_peak: remat.plan_estimated_peak,
+        plan_measured_peak: remat.plan_measured_peak,
         first_step_compiled: first_compile.map(|c| c.compiled),
         first_step_compile_s: first_compile.map(|c| c.compiling.as_secs_f64()),
         first_step_nvrtc_s: first_compile.map(|c| c.nvrtc.as_secs_f64()),

@@ -230,6 +230,18 @@ impl fmt::Display for MemoryReport {
                     format!("{} room rounds", remat.room_rounds),
                     "",
                 )?;
+                // What the estimate predicted, measured on the first step made under it.
+                if remat.plan_measured_peak > 0 && remat.plan_estimated_peak > 0 {
+                    let ratio = remat.plan_measured_peak as f64 / remat.plan_estimated_peak as f64;
+                    writeln!(
+                        f,
+                        "| {:<26}|{:>15} |{:>15} |{:>13} |",
+                        "  measured peak",
+                        format_bytes(remat.plan_measured_peak),
+                        format!("{ratio:.3}x estimate"),
+                        "",
+                    )?;
+                }
             }
             if remat.plan_parked_bytes > 0 {
                 writeln!(

@@ -480,6 +480,8 @@ impl Budget {
             self.counters
                 .set(Counter::plan_estimated_peak, after.estimated_peak);
             self.counters
+                .set(Counter::plan_measured_peak, after.measured_peak);
+            self.counters
                 .set(Counter::plan_parked_bytes, after.parked_bytes);
             self.counters
                 .set(Counter::plan_selected_bytes, after.selected_bytes);

@@ -127,6 +127,10 @@ remat_stats! {
     /// The step's peak live bytes under its segments, as simulated from the recorded step
     /// when they were cut (0: no segments).
     level plan_estimated_peak,
+    /// The most bytes live when a tensor was made, over the first step made wholly under the
+    /// plan's current cuts (0: none has run yet): what [`Self::plan_estimated_peak`] predicted,
+    /// measured.
+    level plan_measured_peak,
     /// Bytes of optimizer state the plan parks in host memory for each step's forward and
     /// backward passes, because no segments fit the budget beside it (0: none).
     level plan_parked_bytes,

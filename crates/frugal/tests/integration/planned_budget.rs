@@ -245,8 +245,13 @@ fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
     let last = planned.per_step.last().unwrap();
     assert!(last.plan_segments >= 2, "no segments: {last:?}");
     assert!(last.plan_segment_bytes > 0, "{last:?}");
-    // The segments were sized by simulating the recorded step under them.
+    // The segments were sized by simulating the recorded step under them, and the first step
+    // made under them measured what the simulation predicted: a peak within the budget.
     assert!(last.plan_estimated_peak > base, "{last:?}");
+    assert!(
+        last.plan_measured_peak > base && last.plan_measured_peak <= budget,
+        "the step under the segments was not measured, or not within {budget} B: {last:?}"
+    );
     let total: u64 = planned.per_step.iter().map(|s| s.segment_plans).sum();
     assert!(total >= 1, "{:#?}", planned.per_step);
     // Segments evict at their ends: the steps under them recompute.

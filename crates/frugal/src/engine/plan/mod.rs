@@ -86,6 +86,9 @@ pub(crate) struct PlanFigures {
     pub(crate) segment_bytes: u64,
     /// The step's peak live bytes as simulated from the recorded step under the segments.
     pub(crate) estimated_peak: u64,
+    /// The most bytes live when a tensor was made, over the first step made wholly under the
+    /// current cuts (0: none has run yet).
+    pub(crate) measured_peak: u64,
     /// Bytes of optimizer state parked in host memory for each step's forward and backward
     /// passes (0: none).
     pub(crate) parked_bytes: u64,
@@ -180,8 +183,11 @@ pub(crate) struct StepPlan {
     /// The ordinal of the first forward pass that began under the current segments: a
     /// recorded step made before it ran under other cuts, or under none.
     segments_began: Option<u64>,
-    /// The current segments' simulation was compared with a step made under them.
+    /// A step made wholly under the current segments was measured (and compared with their
+    /// simulation).
     simulation_compared: bool,
+    /// See [`PlanFigures::measured_peak`].
+    measured_peak: u64,
 }
 
 impl Default for StepPlan {
@@ -213,6 +219,7 @@ impl Default for StepPlan {
             segments_for: None,
             segments_began: None,
             simulation_compared: false,
+            measured_peak: 0,
         }
     }
 }
@@ -404,6 +411,7 @@ impl StepPlan {
             segments: self.segments.as_ref().map_or(0, |s| s.cuts.len() as u64),
             segment_bytes: self.segments.as_ref().map_or(0, |s| s.segment_bytes),
             estimated_peak: self.segments.as_ref().map_or(0, |s| s.estimated_peak),
+            measured_peak: self.measured_peak,
             parked_bytes: self.segments.as_ref().map_or(0, |s| s.parked_bytes),
             selected_bytes: self.segments.as_ref().map_or(0, |s| s.selected_bytes),
         }

@@ -124,9 +124,10 @@ impl StepPlan {
             return Some(SegmentEvent::Open { park: Vec::new() });
         }
         if position == 0 {
-            // Once per set of cuts, with the debug log on.
-            if log::log_enabled!(log::Level::Debug) && !self.simulation_compared {
-                self.simulation_compared = self.log_simulation_error();
+            // Once per set of cuts: a step's record is built at each step's start until one
+            // made wholly under them is found.
+            if !self.simulation_compared {
+                self.simulation_compared = self.measure_step_under_cuts();
             }
             if self.segmented_step && !self.settled {
                 self.adapt_segments(limit);
@@ -217,20 +218,21 @@ impl StepPlan {
         self.set_segments(next);
     }
 
-    /// Puts `segments` in place: no step has begun under them yet, nor been compared with
-    /// their simulation.
+    /// Puts `segments` in place: no step has begun under them yet, nor been measured.
     fn set_segments(&mut self, segments: Option<Segments>) {
         self.segments = segments;
         self.segments_began = None;
         self.simulation_compared = false;
+        self.measured_peak = 0;
     }
 
-    /// Logs how far the simulation of the current cuts was from the last recorded step, if
-    /// that whole step ran under them (the record can begin inside the step before: see
-    /// [`StepRecord::first`](super::record::StepRecord::first)); whether it did. Where the
-    /// real step held more than the simulated one, the budget had to make room.
-    fn log_simulation_error(&self) -> bool {
-        let Some(old) = self.segments.as_ref().filter(|old| !old.selective) else {
+    /// Measures the last recorded step's peak (see [`PlanFigures::measured_peak`](super::PlanFigures::measured_peak)) if that
+    /// whole step ran under the current cuts (the record can begin inside the step before:
+    /// see [`StepRecord::first`](super::record::StepRecord::first)); whether it did. With
+    /// the debug log on, segments' cuts also log how far their simulation was from it: where
+    /// the real step held more than the simulated one, the budget had to make room.
+    fn measure_step_under_cuts(&mut self) -> bool {
+        let Some(old) = self.segments.as_ref() else {
             return false;
         };
         let Some((record, _)) = self.last_step() else {
@@ -238,6 +240,11 @@ impl StepPlan {
         };
         if self.segments_began.is_none_or(|began| record.first < began) {
             return false;
+        }
+        let measured = record.live.iter().copied().max().unwrap_or(0);
+        if old.selective || !log::log_enabled!(log::Level::Debug) {
+            self.measured_peak = measured;
+            return true;
         }
         let (p, end) = (record.period as usize, record.end);
         let parked = Parked {
@@ -248,15 +255,12 @@ impl StepPlan {
         let actual = &record.live;
         let excess = |k: usize| actual[k] as i64 - simulated[k];
         // The forward pass's first tensor is counted before the parked state leaves.
-        let Some(worst) = (1..p).max_by_key(|&k| excess(k)) else {
-            return false;
-        };
+        let worst = (1..p).max_by_key(|&k| excess(k)).unwrap_or(0);
         log::debug!(
-            "frugal: step plan: under the cuts ({} segments) the step held at most {} B, the \
-             simulation {} B; the real step held {} B more than simulated at position {worst} \
-             (the forward pass ends at {end})",
+            "frugal: step plan: under the cuts ({} segments) the step held at most {measured} B, \
+             the simulation {} B; the real step held {} B more than simulated at position \
+             {worst} (the forward pass ends at {end})",
             old.cuts.len(),
-            actual.iter().max().unwrap_or(&0),
             simulated.iter().max().unwrap_or(&0),
             excess(worst),
         );
@@ -268,6 +272,7 @@ impl StepPlan {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
+        self.measured_peak = measured;
         true
     }
 
