@@ -112,10 +112,7 @@ fn dropping_the_last_handle_frees_a_cell_nothing_depends_on() {
     // Its recipe reads no dropped tensor, so it keeps it: evicted rather than gone.
     assert_eq!(cell.status(), Status::Evicted);
     // A cell without a recipe has nothing to keep.
-    let device = Default::default();
-    let lone = Nd::float_from_data(burn_backend::TensorData::from([1.0f32]), &device);
-    let storage = Arc::new(state().charge(&lone, float::op(float::Op::float_exp)));
-    let lone = Cell::<NdArray, FloatKind>::create(lone, storage, None, 0.0, Origin::OPAQUE);
+    let lone = input_cell();
     drop(Handle::<Prim> { cell: lone.clone() });
     assert_eq!(lone.status(), Status::Gone);
 }
@@ -134,13 +131,18 @@ fn exp_of(input: &Arc<Cell<Nd, FloatKind>>) -> Arc<Cell<Nd, FloatKind>> {
     Cell::create(out, storage, Some(recipe), 1.0, Origin::OPAQUE)
 }
 
+/// A managed cell without a recipe (a block's input).
+fn input_cell() -> Arc<Cell<Nd, FloatKind>> {
+    let device = Default::default();
+    let input = Nd::float_from_data(burn_backend::TensorData::from([1.0f32, 2.0]), &device);
+    let storage = Arc::new(state().charge(&input, float::op(float::Op::float_exp)));
+    Cell::create(input, storage, None, 0.0, Origin::OPAQUE)
+}
+
 #[test]
 fn a_cell_that_forgets_its_recipe_lets_the_dropped_tensors_it_was_computed_from_go() {
     // a (no recipe) -> b -> c, as a block's input, a product and a segment's checkpoint.
-    let device = Default::default();
-    let a = Nd::float_from_data(burn_backend::TensorData::from([1.0f32, 2.0]), &device);
-    let storage = Arc::new(state().charge(&a, float::op(float::Op::float_exp)));
-    let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0, Origin::OPAQUE);
+    let a = input_cell();
     let b = exp_of(&a);
     let c = exp_of(&b);
     let expected = values(c.get());
@@ -165,10 +167,7 @@ fn a_cell_that_forgets_its_recipe_lets_the_dropped_tensors_it_was_computed_from_
 fn a_tensor_consumed_while_an_evicted_one_needs_it_is_evicted_not_held() {
     // a (no recipe) -> b -> c: c is dropped to be recomputed, then the program's last read of
     // b consumes it.
-    let device = Default::default();
-    let a = Nd::float_from_data(burn_backend::TensorData::from([1.0f32, 2.0]), &device);
-    let storage = Arc::new(state().charge(&a, float::op(float::Op::float_exp)));
-    let a = Cell::<NdArray, FloatKind>::create(a, storage, None, 0.0, Origin::OPAQUE);
+    let a = input_cell();
     let b = exp_of(&a);
     let c = exp_of(&b);
     let expected = values(c.get());
