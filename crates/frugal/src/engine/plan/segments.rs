@@ -323,6 +323,8 @@ impl StepPlan {
             sum += change;
             crossing.push(sum);
         }
+        let boundary = boundaries(&crossing, end);
+        let boundary_near = std::cell::OnceCell::new();
         // Recomputing chosen tensors alone, cheapest per byte first, costs far less than
         // replaying whole segments: the plan if it fits.
         let room = limit.saturating_sub(record.base_live);
@@ -359,14 +361,14 @@ impl StepPlan {
         // Larger segments keep fewer checkpoints in the forward pass but bring more back at
         // once in the backward pass: the largest share of the room whose simulated step fits
         // the budget, or else the one whose simulated peak is lowest.
-        let search = |parked: Parked| {
+        let search_at = |boundary: &[bool], parked: Parked| {
             let room = limit.saturating_sub(record.base_live.saturating_sub(parked.bytes));
             let mut share = self.segment_share;
             let mut best: Option<Cutting> = None;
             loop {
                 let segment_bytes = (room as f64 * share) as u64;
                 if segment_bytes > 0 {
-                    let cuts = cut_at(&saved, &crossing, end, segment_bytes);
+                    let cuts = cut_at(&saved, boundary, end, segment_bytes);
                     let last_read = record.last_reads(&cuts);
                     let peak = record.simulate(&cuts, &last_read, parked);
                     if best.as_ref().is_none_or(|b| peak < b.peak) {
@@ -387,6 +389,19 @@ impl StepPlan {
                 share = (share * SEGMENT_SEARCH_STEP).max(MIN_SEGMENT_SHARE);
             }
             best.map(|best| (best, room))
+        };
+        // Cuts where the fewest bytes cross first; where none of those fits, cuts in every
+        // stage as well, if they simulate lower.
+        let search = |parked: Parked| {
+            let found = search_at(&boundary, parked)?;
+            if found.0.peak <= limit {
+                return Some(found);
+            }
+            let near = boundary_near.get_or_init(|| boundaries_near(&crossing, end));
+            match search_at(near, parked) {
+                Some(nearer) if nearer.0.peak < found.0.peak => Some(nearer),
+                _ => Some(found),
+            }
         };
         // At each amount of parked state, the fewest first: a selection (it recomputes far
         // less), else segments.
@@ -481,27 +496,103 @@ impl StepPlan {
     }
 }
 
-/// Cuts a forward pass of `end` tensors into segments that keep about `segment_bytes` each
-/// for the backward pass (`saved`, by position), ending only where few bytes cross
-/// (`crossing`, by position): within a quarter of the fewest that cross anywhere in the middle
-/// half of the forward pass, which in a stack of blocks are the blocks' boundaries (only the
-/// residual stream crosses them). A segment ends at the last such place before it would keep
-/// more than `segment_bytes`, or at the first one after, if there is none before. Returns the
-/// positions where segments begin, the first 0.
-fn cut_at(saved: &[u64], crossing: &[i64], end: u64, segment_bytes: u64) -> Vec<u64> {
+/// How far, as a share of the forward pass, the neighbourhood reaches on each side of a
+/// position when [`boundaries_near`] looks for the fewest bytes crossing near it: about one
+/// block of a model a dozen blocks deep.
+const NEIGHBOURHOOD: u64 = 12;
+
+/// The fewest bytes that cross any position in the middle half of the forward pass of `end`
+/// tensors (`crossing`, by position).
+fn fewest_crossing(crossing: &[i64], end: u64) -> i64 {
     let middle = (end / 4).max(1) as usize..(3 * end / 4).max(2) as usize;
-    let fewest = crossing[middle.start..middle.end.min(crossing.len())]
+    crossing[middle.start..middle.end.min(crossing.len())]
         .iter()
         .copied()
         .min()
         .unwrap_or(0)
-        .max(0);
-    let boundary = |position: u64| crossing[position as usize] <= fewest + fewest / 4;
+        .max(0)
+}
+
+/// Where the forward pass of `end` tensors may be cut: positions where at most a quarter more
+/// bytes cross (`crossing`, by position) than the fewest that cross anywhere in the middle half
+/// of the forward pass. In a stack of blocks those are the blocks' boundaries (only the
+/// residual stream crosses them).
+pub(super) fn boundaries(crossing: &[i64], end: u64) -> Vec<bool> {
+    let fewest = fewest_crossing(crossing, end);
+    let boundary: Vec<bool> = crossing.iter().map(|&c| c <= fewest + fewest / 4).collect();
     log::debug!(
         "frugal: step plan: {} of {end} positions are boundaries ({fewest} B cross the fewest)",
-        (1..end).filter(|&p| boundary(p)).count()
+        boundary.iter().skip(1).filter(|&&b| b).count()
     );
+    boundary
+}
 
+/// [`boundaries`] and, besides them, positions where at most a quarter more bytes cross than
+/// the fewest that cross in their neighbourhood (see [`NEIGHBOURHOOD`]). In a network whose
+/// stages shrink its activations (a ResNet's) those are each stage's own block boundaries, not
+/// only the smallest stage's; in a stack of equal blocks they include the insides of blocks
+/// longer than the neighbourhood (attention's scores), so the plan tries them only when cuts at
+/// [`boundaries`] do not fit.
+pub(super) fn boundaries_near(crossing: &[i64], end: u64) -> Vec<bool> {
+    let fewest = fewest_crossing(crossing, end);
+    // The fewest on each side, and the more of the two: where a stage of larger activations
+    // ends beside a smaller one, the smaller stage's crossings must not hide its boundaries.
+    // A side cut short by the forward pass's start or end is left out: it may hold no
+    // boundary at all.
+    let n = crossing.len();
+    let reach = (end / NEIGHBOURHOOD).max(1) as usize;
+    let before = sliding_min(crossing, reach, 0);
+    let after = sliding_min(crossing, 0, reach);
+    let boundary: Vec<bool> = (0..n)
+        .map(|position| {
+            let near = match (position >= reach, position + reach < n) {
+                (true, true) => before[position].max(after[position]),
+                (true, false) => before[position],
+                (false, true) => after[position],
+                (false, false) => before[position].min(after[position]),
+            };
+            let around = near.max(fewest);
+            crossing[position] <= around + around / 4
+        })
+        .collect();
+    log::debug!(
+        "frugal: step plan: {} of {end} positions are boundaries in their neighbourhood",
+        boundary.iter().skip(1).filter(|&&b| b).count()
+    );
+    boundary
+}
+
+/// The least of `values` from `before` positions before each position to `after` positions
+/// after it, in one pass (a queue of the positions that may still be a window's least).
+pub(super) fn sliding_min(values: &[i64], before: usize, after: usize) -> Vec<i64> {
+    let n = values.len();
+    let mut least = Vec::with_capacity(n);
+    let mut queue: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+    let mut next = 0;
+    for position in 0..n {
+        let last = (position + after).min(n - 1);
+        while next <= last {
+            while queue.back().is_some_and(|&b| values[b] >= values[next]) {
+                queue.pop_back();
+            }
+            queue.push_back(next);
+            next += 1;
+        }
+        while queue.front().is_some_and(|&f| f + before < position) {
+            queue.pop_front();
+        }
+        least.push(values[queue[0]]);
+    }
+    least
+}
+
+/// Cuts a forward pass of `end` tensors into segments that keep about `segment_bytes` each
+/// for the backward pass (`saved`, by position), ending only at `boundary` positions (see
+/// [`boundaries`]). A segment ends at the last boundary before it would keep more than
+/// `segment_bytes`, or at the first one after, if there is none before. Returns the positions
+/// where segments begin, the first 0.
+fn cut_at(saved: &[u64], boundary: &[bool], end: u64, segment_bytes: u64) -> Vec<u64> {
+    let boundary = |position: u64| boundary[position as usize];
     let mut cuts = vec![0u64];
     let mut from = 0u64;
     loop {

@@ -1,6 +1,6 @@
 use super::period::{GRAM, WINDOW};
 use super::record::{StepRecord, forward_passes};
-use super::segments::SEGMENT_SEARCH_STEP;
+use super::segments::{SEGMENT_SEARCH_STEP, boundaries, boundaries_near, sliding_min};
 use super::simulation::Parked;
 use super::*;
 
@@ -967,4 +967,59 @@ fn a_packed_mask_and_the_product_that_reads_it_are_both_chosen() {
     assert_eq!((both.count, both.packed, both.peak), (2, 1, 100));
     assert_eq!(both.cuts, vec![0, 3, 4]);
     assert_eq!(both.last_read[1..3], [2, 3]);
+}
+
+#[test]
+fn the_least_in_a_sliding_window_is_the_least_of_its_values() {
+    let values: Vec<i64> = (0..200).map(|i| (i * 7919 % 101) as i64 - 30).collect();
+    for (before, after) in [(0, 0), (1, 1), (3, 0), (0, 16), (250, 7), (7, 250)] {
+        let naive: Vec<i64> = (0..values.len())
+            .map(|i| {
+                let (from, to) = (i.saturating_sub(before), (i + after).min(values.len() - 1));
+                *values[from..=to].iter().min().unwrap()
+            })
+            .collect();
+        assert_eq!(
+            sliding_min(&values, before, after),
+            naive,
+            "{before} before, {after} after"
+        );
+    }
+    assert!(sliding_min(&[], 3, 3).is_empty());
+}
+
+#[test]
+fn every_stage_of_a_network_that_shrinks_its_activations_has_boundaries() {
+    // Three stages of four blocks of ten positions, as a ResNet's: the residual stream alone
+    // crosses a block's boundary, twice as much inside a block; each stage's activations are
+    // half the last stage's.
+    let mut crossing = Vec::new();
+    for stage in 0..3 {
+        let stream = 400 >> stage;
+        for _ in 0..4 {
+            crossing.push(stream);
+            crossing.extend([2 * stream; 9]);
+        }
+    }
+    let end = crossing.len() as u64;
+    let at = |boundary: Vec<bool>| -> Vec<usize> {
+        (1..boundary.len()).filter(|&p| boundary[p]).collect()
+    };
+    let blocks: Vec<usize> = (1..12).map(|block| 10 * block).collect();
+    assert_eq!(
+        at(boundaries_near(&crossing, end)),
+        blocks,
+        "boundaries between every two blocks, in every stage"
+    );
+    assert_eq!(
+        at(boundaries(&crossing, end)),
+        blocks[7..],
+        "where the fewest cross, the smallest stage's alone"
+    );
+    // A stack of equal blocks: the same boundaries as the fewest anywhere gives.
+    let equal: Vec<i64> = (0..12)
+        .flat_map(|_| [100].into_iter().chain([200; 9]))
+        .collect();
+    assert_eq!(at(boundaries_near(&equal, end)), blocks);
+    assert_eq!(at(boundaries(&equal, end)), blocks);
 }
