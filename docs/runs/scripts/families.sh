@@ -4,25 +4,28 @@
 # shared (lib.sh) and written back to $OUT/cubecl-cache.tgz; PyTorch beside unless SKIP_TORCH.
 # MODELS (default "encoder lstm"), FRACTIONS (default "0.5 0.333"), STEPS (default 16), LIMIT
 # (seconds per budgeted process, default 120; plain runs get PLAIN_LIMIT, default LIMIT).
-# RUST_LOG for the budgeted runs: frugal=debug (the step plan's choices). Staged in .gpu/:
+# DEVICE: burn-nn-models' --device (default frugal-cuda; when given, the outputs are named
+# DEVICE-MODEL-...). RUST_LOG for the budgeted runs: frugal=debug (the step plan's choices).
+# Staged in .gpu/:
 # burn-nn-models.xz, torch_gpt.py, torch_best.py, cubecl-cache.tgz if a call left one.
 set -u
 cd "$(dirname "$0")"
 . ./lib.sh
-unxz_bins burn-nn-models
+[ -f burn-nn-models ] || unxz_bins burn-nn-models
 # Results go straight to $OUT, so a call cut short still returns what ran.
-R=$OUT/families; rm -rf $R; mkdir -p $R
+R=$OUT/families; mkdir -p $R
+dev="--device ${DEVICE:-frugal-cuda}"; pre=${DEVICE:+$DEVICE-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $R/gpu.txt
 if [ -z "${SKIP_TORCH:-}" ]; then
   one torch_gpt 120 python3 torch_gpt.py --configs fp32_math
   one torch_best 150 python3 torch_best.py --configs bf16_compile_amb20
 fi
 for m in ${MODELS:-encoder lstm}; do
-  one $m-plain ${PLAIN_LIMIT:-${LIMIT:-120}} ./burn-nn-models --model $m --steps ${STEPS:-16}
-  peak=$(python3 -c "import json; print(json.loads(open('$R/$m-plain.out').readline())['peak_live'])" 2>/dev/null)
+  one $pre$m-plain ${PLAIN_LIMIT:-${LIMIT:-120}} ./burn-nn-models $dev --model $m --steps ${STEPS:-16}
+  peak=$(python3 -c "import json; print(json.loads(open('$R/$pre$m-plain.out').readline())['peak_live'])" 2>/dev/null)
   [ -z "$peak" ] && continue
   for f in ${FRACTIONS-0.5 0.333}; do
-    RUST_LOG=frugal=debug one $m-$f ${LIMIT:-120} ./burn-nn-models --model $m --steps ${STEPS:-16} \
+    RUST_LOG=frugal=debug one $pre$m-$f ${LIMIT:-120} ./burn-nn-models $dev --model $m --steps ${STEPS:-16} \
       --budget-of $peak --fraction $f
   done
 done
