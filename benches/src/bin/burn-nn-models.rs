@@ -292,6 +292,9 @@ struct RunLine {
     /// made under them (0: none).
     plan_estimated_peak: u64,
     plan_measured_peak: u64,
+    /// The most bytes one op of the learned step holds at once (0: its peak fit the budget):
+    /// where the budget is below it, live bytes go over the budget while that op runs.
+    plan_op_floor: u64,
     /// frugal-cuda: what the first step compiled and how long that took.
     first_step_compiled: Option<u64>,
     first_step_compile_s: Option<f64>,
@@ -380,6 +383,7 @@ where
         compressed_bytes: remat.compressed_bytes,
         plan_estimated_peak: remat.plan_estimated_peak,
         plan_measured_peak: remat.plan_measured_peak,
+        plan_op_floor: remat.plan_op_floor,
         first_step_compiled: first_compile.map(|c| c.compiled),
         first_step_compile_s: first_compile.map(|c| c.compiling.as_secs_f64()),
         first_step_nvrtc_s: first_compile.map(|c| c.nvrtc.as_secs_f64()),

@@ -243,6 +243,20 @@ impl fmt::Display for MemoryReport {
                     )?;
                 }
             }
+            // No eviction brings live bytes below the largest op's own inputs and output.
+            if remat.plan_op_floor > 0 {
+                let note = match self.budget {
+                    Some(budget) if remat.plan_op_floor > budget => "over budget",
+                    _ => "",
+                };
+                writeln!(
+                    f,
+                    "| {:<26}|{:>15} |{:>15} |{note:>13} |",
+                    "  largest op at once",
+                    format_bytes(remat.plan_op_floor),
+                    "",
+                )?;
+            }
             if remat.plan_parked_bytes > 0 {
                 writeln!(
                     f,

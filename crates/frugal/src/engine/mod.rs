@@ -485,6 +485,7 @@ impl Budget {
                 .set(Counter::plan_parked_bytes, after.parked_bytes);
             self.counters
                 .set(Counter::plan_selected_bytes, after.selected_bytes);
+            self.counters.set(Counter::plan_op_floor, after.op_floor);
             if after.segments > 0
                 && (after.segments, after.segment_bytes) != (before.segments, before.segment_bytes)
             {

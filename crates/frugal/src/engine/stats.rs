@@ -138,6 +138,11 @@ remat_stats! {
     /// read and recomputes alone, from inputs it keeps, when the backward pass reads them:
     /// selective recomputation, chosen instead of segments when it fits (0: none).
     level plan_selected_bytes,
+    /// The most bytes one op of the learned step holds at once, its inputs and its output
+    /// (0: not computed: no step learned, or its peak fits the budget). Live bytes reach it
+    /// while that op runs whatever is evicted: a budget below it is kept between ops, not
+    /// during that one.
+    level plan_op_floor,
     /// Bytes parked so far (each step's share of `offloaded_bytes` that the plan, not an
     /// eviction round, moved; they come back when the optimizer reads them).
     event parked_bytes,

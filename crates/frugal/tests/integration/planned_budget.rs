@@ -352,7 +352,8 @@ fn a_budget_lowered_under_a_learned_step_is_kept_with_the_same_bits() {
     assert!(memory::live_bytes(&DEVICE) <= high);
 }
 
-/// Keeps the messages Frugal logs, for the test below (the logger is process-wide).
+/// Keeps the messages Frugal logs, for the tests that read them (the logger is process-wide:
+/// set once, by [`capture_logs`]).
 struct Captured(Mutex<Vec<(log::Level, String)>>);
 
 impl log::Log for Captured {
@@ -370,18 +371,29 @@ impl log::Log for Captured {
 
 static CAPTURED: Captured = Captured(Mutex::new(Vec::new()));
 
+/// Sends Frugal's messages up to `level` to [`CAPTURED`], emptied.
+fn capture_logs(level: log::LevelFilter) {
+    static SET: std::sync::Once = std::sync::Once::new();
+    SET.call_once(|| log::set_logger(&CAPTURED).expect("no other logger in this test binary"));
+    log::set_max_level(level);
+    CAPTURED.0.lock().unwrap().clear();
+}
+
+/// Stops capturing and returns what was captured.
+fn captured_logs() -> Vec<(log::Level, String)> {
+    log::set_max_level(log::LevelFilter::Off);
+    std::mem::take(&mut *CAPTURED.0.lock().unwrap())
+}
+
 #[test]
 fn budget_decisions_and_the_learned_step_are_logged() {
     let _serial = lock();
-    log::set_logger(&CAPTURED).expect("no other logger in this test binary");
-    log::set_max_level(log::LevelFilter::Debug);
     let rows = [64; 8];
     let (base, peak, _) = unconstrained(&rows);
     let budget = base + peak / 3;
-    CAPTURED.0.lock().unwrap().clear();
+    capture_logs(log::LevelFilter::Debug);
     let run = train(&rows, |_| Some(budget));
-    log::set_max_level(log::LevelFilter::Off);
-    let lines = std::mem::take(&mut *CAPTURED.0.lock().unwrap());
+    let lines = captured_logs();
     let budget_text = frugal::format_bytes(budget);
     let with = |level: log::Level, text: &str| {
         lines
@@ -402,6 +414,49 @@ fn budget_decisions_and_the_learned_step_are_logged() {
     assert!(
         with(log::Level::Debug, "step plan: a step of") > 0,
         "the learned step is not logged: {lines:#?}"
+    );
+}
+
+#[test]
+fn a_budget_below_one_ops_inputs_and_output_is_kept_between_ops_and_said_once() {
+    let _serial = lock();
+    // A wide output layer: the loss's ops each hold two or three [256, 1024] tensors at
+    // once, more than a third of the step's peak.
+    let widths = [32, 64, 1024];
+    let rows = [256; 8];
+    let base = memory::live_bytes(&DEVICE);
+    let free = train_net(&widths, &rows, |_| None);
+    let budget = base + (free.peak() - base) / 3;
+    capture_logs(log::LevelFilter::Warn);
+    let planned = train_net(&widths, &rows, |_| Some(budget));
+    let lines = captured_logs();
+    assert_same_bits_within(&planned, &free, budget);
+    let floor = planned.per_step.last().unwrap().plan_op_floor;
+    // Three tensors of a megabyte: the loss's difference of the output and the target.
+    assert!(floor >= 3 * 256 * 1024 * 4, "{floor} B");
+    assert!(floor > budget, "{floor} B, budget {budget} B");
+    assert!(
+        floor <= free.peak(),
+        "{floor} B, no budget's peak {} B",
+        free.peak()
+    );
+    // No eviction goes below it: it is a floor of every step under the plan.
+    for (step, &peak) in planned.step_peaks.iter().enumerate().skip(3) {
+        assert!(
+            peak >= floor,
+            "step {step}: peak {peak} B under the floor {floor} B"
+        );
+    }
+    let said: Vec<_> = lines
+        .iter()
+        .filter(|(level, line)| {
+            *level == log::Level::Warn && line.contains("below what one op of the step holds")
+        })
+        .collect();
+    assert_eq!(said.len(), 1, "{lines:#?}");
+    assert!(
+        said[0].1.contains(&frugal::format_bytes(floor)),
+        "{said:?}, floor {floor} B"
     );
 }
 

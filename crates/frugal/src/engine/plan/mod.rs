@@ -61,6 +61,7 @@ use super::Made;
 use crate::vocabulary::OpId;
 
 use period::Candidate;
+use record::OpFloor;
 use segments::{SEGMENT_SHARE, Segments};
 pub(crate) use selection::CHAIN_DEPTH;
 
@@ -95,6 +96,9 @@ pub(crate) struct PlanFigures {
     /// Bytes of the forward pass's tensors dropped one by one and recomputed alone (a
     /// selection, see [`StepRecord::select`](record::StepRecord::select); 0: none, or whole segments).
     pub(crate) selected_bytes: u64,
+    /// The most bytes one op of the recorded step holds at once, its inputs and output (0:
+    /// not computed, the step's peak fits the budget): no eviction brings the step below it.
+    pub(crate) op_floor: u64,
 }
 
 /// What the creation of a tensor means for the forward pass's segments: the cell layer opens
@@ -188,6 +192,9 @@ pub(crate) struct StepPlan {
     simulation_compared: bool,
     /// See [`PlanFigures::measured_peak`].
     measured_peak: u64,
+    /// The last recorded step's largest op and the budget it was compared with, when the
+    /// step's peak did not fit one.
+    op_floor: Option<(OpFloor, u64)>,
 }
 
 impl Default for StepPlan {
@@ -220,6 +227,7 @@ impl Default for StepPlan {
             segments_began: None,
             simulation_compared: false,
             measured_peak: 0,
+            op_floor: None,
         }
     }
 }
@@ -414,6 +422,7 @@ impl StepPlan {
             measured_peak: self.measured_peak,
             parked_bytes: self.segments.as_ref().map_or(0, |s| s.parked_bytes),
             selected_bytes: self.segments.as_ref().map_or(0, |s| s.selected_bytes),
+            op_floor: self.op_floor.map_or(0, |(floor, _)| floor.bytes),
         }
     }
 }

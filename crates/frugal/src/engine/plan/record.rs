@@ -4,6 +4,16 @@
 //! accumulates gradients over several.
 
 use super::StepPlan;
+use crate::vocabulary::OpId;
+
+/// The most bytes one op of a step holds at once (see [`StepRecord::op_floor`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OpFloor {
+    /// Its inputs' and its output's bytes.
+    pub(crate) bytes: u64,
+    /// The op.
+    pub(crate) op: OpId,
+}
 
 /// One recorded training step seen from its forward pass's first tensor: what the segments are
 /// cut from and simulated on. Positions count creations from that tensor.
@@ -39,6 +49,8 @@ pub(super) struct StepRecord {
     /// the program had dropped kept no recipe in the recorded step, yet under a selection
     /// it is recomputed with that input.
     pub(super) cost_per_byte: Vec<f32>,
+    /// The op that made the tensor at each position.
+    pub(super) ops: Vec<OpId>,
     /// Whether the op that made the tensor at each position replays identically (a random
     /// draw or an upload does not, and no cut can evict what it made).
     pub(super) replayable: Vec<bool>,
@@ -49,6 +61,42 @@ pub(super) struct StepRecord {
 }
 
 impl StepRecord {
+    /// The op of the step that holds the most bytes at once: its inputs and its output (the
+    /// first, for an op of several), all resident while it runs. No eviction brings a step
+    /// below it; only a smaller op (a smaller batch, a chunked loss) does. A tensor read more
+    /// often than a cell records (see `MAX_READS`) may be missed as an input: the floor is
+    /// then lower than the op's own. `None` for an empty record.
+    pub(super) fn op_floor(&self) -> Option<OpFloor> {
+        let p = self.bytes.len();
+        let mut held = vec![0u64; p];
+        for (position, reads) in self.reads.iter().enumerate() {
+            // A view's bytes and reads are its buffer's first tensor's.
+            if self.shared[position] {
+                continue;
+            }
+            let bytes = self.bytes[position];
+            held[position] += bytes;
+            let mut last = None;
+            for &read in reads {
+                // Read in the next step: by the op at the same position of this one (an
+                // optimizer's moment, read by the op that makes its next value).
+                let at = read as usize % p;
+                if read as usize != position && last != Some(at) {
+                    held[at] += bytes;
+                }
+                last = Some(at);
+            }
+        }
+        let (position, &bytes) = held
+            .iter()
+            .enumerate()
+            .max_by_key(|&(position, &bytes)| (bytes, std::cmp::Reverse(position)))?;
+        Some(OpFloor {
+            bytes,
+            op: self.ops[position],
+        })
+    }
+
     /// Where the forward pass beginning at `pass` ends.
     pub(super) fn pass_end(&self, pass: u64) -> u64 {
         pass + self.end
@@ -262,6 +310,9 @@ impl StepPlan {
                 .map(|position| {
                     self.cost_per_byte[index(first + (start_at as u64 + position) % period)]
                 })
+                .collect(),
+            ops: (0..period)
+                .map(|position| self.ops[index(first + (start_at as u64 + position) % period)])
                 .collect(),
             replayable: (0..period)
                 .map(|position| {

@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 
+use super::record::StepRecord;
 use super::selection::{SELECTION_AIM, SELECTION_MIN_SHARE, SELECTION_OVERSHOOT, SELECTION_SHRINK};
 use super::simulation::Parked;
 use super::{PRESSURE_SEEN, SegmentEvent, StepPlan};
+use crate::units::format_bytes;
 
 /// The largest share of the room under the budget (budget minus what is live when the forward
 /// pass begins) that one segment's tensors kept for the backward pass may take. The cuts are
@@ -276,6 +278,31 @@ impl StepPlan {
         true
     }
 
+    /// Keeps the record's [`OpFloor`] for the figures and, when it is over `limit` and was
+    /// not said for this budget already, says so once: live bytes go over the budget while
+    /// that op runs, whatever is evicted.
+    fn note_op_floor(&mut self, record: &StepRecord, limit: u64) {
+        let floor = record.op_floor();
+        let said = self.op_floor.is_some_and(|(was, for_limit)| {
+            for_limit == limit && floor.is_some_and(|f| f.bytes == was.bytes)
+        });
+        if let Some(floor) = floor
+            && floor.bytes > limit
+            && !said
+        {
+            log::warn!(
+                "frugal: the memory budget of {} is below what one op of the step holds at \
+                 once: {} takes {} for its inputs and output, so live bytes go over the \
+                 budget while it runs. Give a budget of at least that, or make the op smaller \
+                 (a smaller batch, or micro-batches through `frugal::GradientAccumulation`).",
+                format_bytes(limit),
+                floor.op.name(),
+                format_bytes(floor.bytes),
+            );
+        }
+        self.op_floor = floor.map(|floor| (floor, limit));
+    }
+
     fn close_open_segment(&mut self) -> Option<SegmentEvent> {
         std::mem::take(&mut self.segment_open).then_some(SegmentEvent::Close)
     }
@@ -293,6 +320,7 @@ impl StepPlan {
             );
             return None;
         }
+        self.note_op_floor(&record, limit);
         if end < 2 {
             return None;
         }

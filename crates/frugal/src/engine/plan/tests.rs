@@ -1,5 +1,5 @@
 use super::period::{GRAM, WINDOW};
-use super::record::{StepRecord, forward_passes};
+use super::record::{OpFloor, StepRecord, forward_passes};
 use super::segments::{SEGMENT_SEARCH_STEP, boundaries, boundaries_near, sliding_min};
 use super::simulation::Parked;
 use super::*;
@@ -482,6 +482,7 @@ fn the_simulated_step_drops_a_closed_segment_until_its_first_backward_read() {
         ],
         shared: vec![false; 8],
         cost_per_byte: vec![f32::INFINITY; 8],
+        ops: vec![OP; 8],
         replayable: vec![true; 8],
         packed: vec![None; 8],
     };
@@ -538,6 +539,7 @@ fn the_simulated_step_holds_a_dropped_checkpoint_until_the_segment_after_it_come
         ],
         shared: vec![false; 10],
         cost_per_byte: vec![f32::INFINITY; 10],
+        ops: vec![OP; 10],
         replayable: vec![true; 10],
         packed: vec![None; 10],
     };
@@ -581,6 +583,7 @@ fn a_selection_drops_the_cheapest_tensor_held_across_the_peak() {
             .into_iter()
             .chain([f32::INFINITY; 6])
             .collect(),
+        ops: vec![OP; 9],
         replayable: vec![true; 9],
         packed: vec![None; 9],
     };
@@ -850,6 +853,7 @@ fn a_selection_recomputes_a_tensor_through_the_inputs_the_program_drops() {
             .into_iter()
             .chain([f32::INFINITY; 6])
             .collect(),
+        ops: vec![OP; 12],
         replayable: vec![true; 12],
         packed: vec![None; 12],
     };
@@ -902,6 +906,7 @@ fn a_selection_packs_a_random_draw_of_zeros_and_ones_it_cannot_recompute() {
         ],
         shared: vec![false; 10],
         cost_per_byte: vec![f32::INFINITY; 10],
+        ops: vec![OP; 10],
         replayable: [true, false].into_iter().chain([true; 8]).collect(),
         packed: [None, Some(10)].into_iter().chain([None; 8]).collect(),
     };
@@ -955,6 +960,7 @@ fn a_packed_mask_and_the_product_that_reads_it_are_both_chosen() {
             .into_iter()
             .chain([f32::INFINITY; 8])
             .collect(),
+        ops: vec![OP; 11],
         replayable: [true, false].into_iter().chain([true; 9]).collect(),
         packed: [None, Some(10)].into_iter().chain([None; 9]).collect(),
     };
@@ -1022,4 +1028,51 @@ fn every_stage_of_a_network_that_shrinks_its_activations_has_boundaries() {
         .collect();
     assert_eq!(at(boundaries_near(&equal, end)), blocks);
     assert_eq!(at(boundaries(&equal, end)), blocks);
+}
+
+#[test]
+fn the_op_floor_is_the_most_one_op_holds_for_its_inputs_and_output() {
+    // Six positions: the op at 3 reads 0 and 1 (twice) and the view 2 of 1's buffer; the
+    // op at 5 makes an optimizer moment the same op reads in the next step.
+    let record = StepRecord {
+        period: 6,
+        first: 0,
+        end: 3,
+        passes: vec![0],
+        base_live: 0,
+        live: Vec::new(),
+        bytes: vec![10, 20, 20, 40, 8, 8],
+        reads: vec![
+            vec![1, 3],
+            vec![2, 3, 4],
+            vec![3],
+            vec![4],
+            vec![],
+            vec![11],
+        ],
+        shared: vec![false, false, true, false, false, false],
+        cost_per_byte: vec![1.0; 6],
+        ops: (0..6).map(OpId::new).collect(),
+        replayable: vec![true; 6],
+        packed: vec![None; 6],
+    };
+    // At 3: its 40 bytes, 10 and 20 (the view's buffer counted once).
+    assert_eq!(
+        record.op_floor(),
+        Some(OpFloor {
+            bytes: 70,
+            op: OpId::new(3)
+        })
+    );
+    // A larger moment: its op holds the one it read and the one it makes.
+    let mut bytes = record.bytes.clone();
+    bytes[5] = 40;
+    let record = StepRecord { bytes, ..record };
+    assert_eq!(
+        record.op_floor(),
+        Some(OpFloor {
+            bytes: 80,
+            op: OpId::new(5)
+        })
+    );
 }
