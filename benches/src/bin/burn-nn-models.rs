@@ -311,10 +311,7 @@ where
     let parameters = model.num_params();
     let mut model = model;
     let mut optim = AdamWConfig::new().init::<Ad<B>, M>();
-    let budget = args
-        .budget
-        .or_else(|| Some((args.budget_of? as f64 * args.fraction?) as u64));
-    memory::set_budget(device, budget);
+    let budget = memory::budget(device);
     let counts = gpt::compile_progress::reader(device);
     // Compilation shows on stderr while a step waits for it, as in `gpt`.
     let bar = indicatif::ProgressBar::hidden();
@@ -393,6 +390,12 @@ where
 
 fn run<B: Backend>(args: &Args, device: B::Device) -> RunLine {
     <Ad<B> as Backend>::seed(&device, 42);
+    // Before the model is built: parameters made before a budget is set are not managed, and
+    // could not be evicted until the first optimizer step replaces them.
+    let budget = args
+        .budget
+        .or_else(|| Some((args.budget_of? as f64 * args.fraction?) as u64));
+    memory::set_budget(&device, budget);
     match args.model {
         ModelKind::Encoder => train::<B, _>(args, encoder::<Ad<B>>(&device), &device),
         ModelKind::Resnet => train::<B, _>(args, resnet::<Ad<B>>(&device), &device),

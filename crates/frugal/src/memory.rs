@@ -164,8 +164,12 @@ fn tag<X: Backend, const D: usize>(tensor: Tensor<Frugal<X>, D>, role: Role) {
 /// From then on every tensor Frugal creates on the device records how to recompute it, and
 /// after each op Frugal evicts tensors (see [`Policy`]) until [`live_bytes`] is at most the
 /// budget, restoring them when they are read. Tensors created before the first budget was set
-/// are not evicted. If an op's own inputs and output do not fit, the op panics with a message
-/// naming the budget, the bytes it needed and the biggest holders.
+/// are not evicted: set it before building the model, or its parameters stay until the first
+/// optimizer step replaces them. An op whose own inputs and output hold more than the budget
+/// takes live bytes over it while it runs (the learned step says so once, and
+/// [`RematStats::plan_op_floor`] holds its bytes); if live bytes cannot come back within the
+/// budget after an op, the op panics with a message naming the budget, the bytes it needed and
+/// the biggest holders.
 ///
 /// On a frugal-cuda device the budget also answers the allocator's out-of-memory handler:
 /// when the allocator cannot grow (its cap, or the device is full), tensors the budget can
