@@ -278,9 +278,9 @@ impl StepPlan {
         true
     }
 
-    /// Keeps the record's [`OpFloor`] for the figures and, when it is over `limit` and was
-    /// not said for this budget already, says so once: live bytes go over the budget while
-    /// that op runs, whatever is evicted.
+    /// Keeps the record's [`OpFloor`](super::record::OpFloor) for the figures and, when it
+    /// is over `limit` and was not said for this budget already, says so once: live bytes go
+    /// over the budget while that op runs, whatever is evicted.
     fn note_op_floor(&mut self, record: &StepRecord, limit: u64) {
         let floor = record.op_floor();
         let said = self.op_floor.is_some_and(|(was, for_limit)| {
