@@ -113,6 +113,11 @@ pub mod storage;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod launch_metadata;
 
+// Host memory faulted in on several threads before it is pinned for transfers: plain memory
+// and threads, so it is tested without a GPU.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod host_pages;
+
 #[cfg(feature = "cuda")]
 mod cuda;
 
