@@ -1,12 +1,12 @@
 //! Host memory faulted in by several threads at once, before the driver pins it.
 //!
-//! Pinning new host memory with `cuMemAllocHost` runs at 1.3–2.0 GB/s on an H200 host, on one
-//! thread or many: the driver faults the pages in one after another. Offloading tensors grows
-//! the pinned pool by tens of gigabytes in a training step's first pass, so a budget that
-//! offloads spent most of that step there. Faulting the pages in first, a piece per thread, and
-//! then registering them (`cuMemHostRegister`, which finds them resident) runs at 15–18 GB/s
-//! with 8–16 threads on the same host, as PyTorch's `pinned_use_cuda_host_register` does
-//! (`docs/results.md`, "Pinned host memory"). This module is the part that needs no driver:
+//! Pinning new host memory with `cuMemAllocHost` is slow, on one thread or many: the driver
+//! faults the pages in one after another. Offloading tensors grows the pinned pool by tens of
+//! gigabytes in a training step's first pass, so a budget that offloads spent most of that
+//! step there. Faulting the pages in first, a piece per thread, and then registering them
+//! (`cuMemHostRegister`, which finds them resident) is several times faster, as PyTorch's
+//! `pinned_use_cuda_host_register` is (`docs/results.md`, "Pinned host memory faulted in on
+//! several threads"). This module is the part that needs no driver:
 //! the allocation, its pieces and the threads that touch them.
 
 use std::alloc::{Layout, alloc, dealloc};
