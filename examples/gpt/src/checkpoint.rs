@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::optim::Optimizer;
-use burn::record::{
-    BinBytesRecorder, BinFileRecorder, FileRecorder, FullPrecisionSettings, Recorder,
-};
+use burn::record::{BinFileRecorder, BurnRecord, FullPrecisionSettings, Record, Recorder};
 use burn::tensor::backend::Backend;
 use frugal::{GradScaler, GradScalerState};
 use serde::{Deserialize, Serialize};
@@ -52,21 +50,27 @@ fn recorder() -> BinFileRecorder<FullPrecisionSettings> {
     BinFileRecorder::new()
 }
 
-/// A checkpoint read into host memory and encoded, ready to be written by any thread: the
-/// device is read once, at a step boundary, and the slow part (the files) can go on beside
-/// the next steps.
+/// A checkpoint read into host memory, ready to be encoded and written by any thread: the
+/// device is read once, at a step boundary, and the slow part (encoding the records and
+/// writing the files) can go on beside the next steps.
 pub struct Snapshot {
     root: PathBuf,
     next_step: u64,
-    model: Vec<u8>,
-    optimizer: Vec<u8>,
+    /// Encodes the model and optimizer records into a folder, as `recorder()` writes them.
+    records: Box<dyn FnOnce(&Path) -> Result<(), String> + Send>,
     state: String,
-    /// The file extension `recorder()` gives its files.
-    extension: &'static str,
+}
+
+/// A record's tensors read into host memory, in the item `recorder()` encodes.
+fn host_item<B: Backend, R: Record<Ad<B>>>(
+    record: R,
+) -> BurnRecord<R::Item<FullPrecisionSettings>, Ad<B>> {
+    BurnRecord::new::<BinFileRecorder<FullPrecisionSettings>>(record.into_item())
 }
 
 /// Reads model, optimizer and run state into a [`Snapshot`] (the caller's thread waits for the
-/// device reads). Encoded as `recorder()` writes them, so loading reads either.
+/// device reads, not for their encoding). Encoded as `recorder()` writes them, so loading reads
+/// either.
 pub fn snapshot<B: Backend>(
     args: &TrainArgs,
     model: &Gpt<Ad<B>>,
@@ -75,11 +79,14 @@ pub fn snapshot<B: Backend>(
     next_step: u64,
     log: &[StepLog],
 ) -> Result<Snapshot, String> {
-    let bytes = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let model_bytes = Recorder::<Ad<B>>::record(&bytes, model.clone().into_record(), ())
-        .map_err(|e| format!("saving the model: {e}"))?;
-    let optimizer = Recorder::<Ad<B>>::record(&bytes, optim.to_record(), ())
-        .map_err(|e| format!("saving the optimizer: {e}"))?;
+    let model_item = host_item::<B, _>(model.clone().into_record());
+    let optimizer_item = host_item::<B, _>(optim.to_record());
+    let records = Box::new(move |dir: &Path| {
+        Recorder::<Ad<B>>::save_item(&recorder(), model_item, dir.join("model"))
+            .map_err(|e| format!("saving the model: {e}"))?;
+        Recorder::<Ad<B>>::save_item(&recorder(), optimizer_item, dir.join("optimizer"))
+            .map_err(|e| format!("saving the optimizer: {e}"))
+    });
     let state = TrainState {
         next_step,
         seed: args.seed,
@@ -94,11 +101,8 @@ pub fn snapshot<B: Backend>(
     Ok(Snapshot {
         root: args.checkpoints(),
         next_step,
-        model: model_bytes,
-        optimizer,
+        records,
         state: serde_json::to_string_pretty(&state).unwrap(),
-        extension: <BinFileRecorder<FullPrecisionSettings> as FileRecorder<Ad<B>>>::file_extension(
-        ),
     })
 }
 
@@ -118,9 +122,7 @@ impl Snapshot {
             std::fs::remove_dir_all(&tmp_dir).map_err(io)?;
         }
         std::fs::create_dir_all(&tmp_dir).map_err(io)?;
-        let file = |name: &str| tmp_dir.join(name).with_extension(self.extension);
-        std::fs::write(file("model"), &self.model).map_err(io)?;
-        std::fs::write(file("optimizer"), &self.optimizer).map_err(io)?;
+        (self.records)(&tmp_dir)?;
         std::fs::write(tmp_dir.join("state.json"), &self.state).map_err(io)?;
         if final_dir.exists() {
             std::fs::remove_dir_all(&final_dir).map_err(io)?;
