@@ -56,10 +56,12 @@ fn recorder() -> BinFileRecorder<FullPrecisionSettings> {
 pub struct Snapshot {
     root: PathBuf,
     next_step: u64,
-    /// Encodes the model and optimizer records into a folder, as `recorder()` writes them.
-    records: Box<dyn FnOnce(&Path) -> Result<(), String> + Send>,
+    records: WriteRecords,
     state: String,
 }
+
+/// Encodes the model and optimizer records into a folder, as `recorder()` writes them.
+type WriteRecords = Box<dyn FnOnce(&Path) -> Result<(), String> + Send>;
 
 /// A record's tensors read into host memory, in the item `recorder()` encodes.
 fn host_item<B: Backend, R: Record<Ad<B>>>(
