@@ -37,11 +37,13 @@ pub struct FaultedPages {
 unsafe impl Send for FaultedPages {}
 
 impl FaultedPages {
-    /// Allocates `size` bytes (at least one page) aligned to [`HOST_PAGE`] and writes a zero
+    /// Allocates `size` bytes in whole pages aligned to [`HOST_PAGE`] and writes a zero
     /// into each of their pages, on up to `threads` threads (see [`touch_pieces`]). `None` if
     /// the host has no such memory.
     pub fn new(size: usize, threads: usize) -> Option<Self> {
-        let layout = Layout::from_size_align(size.max(1), HOST_PAGE).ok()?;
+        // Whole pages: the driver pins whole pages, and two registered ranges may not share one.
+        let whole_pages = size.max(1).checked_next_multiple_of(HOST_PAGE)?;
+        let layout = Layout::from_size_align(whole_pages, HOST_PAGE).ok()?;
         // SAFETY: the layout has a nonzero size.
         let ptr = NonNull::new(unsafe { alloc(layout) })?;
         let pages = Self { ptr, layout };
@@ -72,7 +74,7 @@ impl FaultedPages {
         self.ptr.as_ptr()
     }
 
-    /// Bytes held: the size asked for (one for a size of zero).
+    /// Bytes held: the size asked for, rounded up to whole pages (one page for zero).
     pub fn len(&self) -> usize {
         self.layout.size()
     }
@@ -168,7 +170,7 @@ mod tests {
         let size = 3 * BYTES_PER_TOUCH_THREAD + 100;
         let pages = FaultedPages::new(size, 4).expect("host memory");
         assert_eq!(pages.as_ptr() as usize % HOST_PAGE, 0);
-        assert_eq!(pages.len(), size);
+        assert_eq!(pages.len(), size.next_multiple_of(HOST_PAGE));
         // SAFETY: the first byte of every page was written by `new`.
         let written = (0..size)
             .step_by(HOST_PAGE)
@@ -176,6 +178,6 @@ mod tests {
         assert!(written);
         // SAFETY: the allocation holds `size` bytes.
         unsafe { pages.as_ptr().add(size - 1).write(7) };
-        assert_eq!(FaultedPages::new(0, 4).expect("one page").len(), 1);
+        assert_eq!(FaultedPages::new(0, 4).expect("one page").len(), HOST_PAGE);
     }
 }
