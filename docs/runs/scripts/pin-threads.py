@@ -4,15 +4,8 @@ import ctypes, sys, threading, time
 import numpy as np, torch
 torch.cuda.init(); torch.empty(1, device="cuda")
 rt = torch.cuda.cudart()
-libc = ctypes.CDLL("libcudart.so") if False else None
 GiB = 1 << 30
 TOTAL = 8 * GiB
-
-def host_alloc(size):
-    p = ctypes.c_void_p()
-    cudart = ctypes.CDLL(torch._C.__file__) if False else None
-    t = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-    return t
 
 def run_threads(n, work):
     ts = [threading.Thread(target=work, args=(i,)) for i in range(n)]
