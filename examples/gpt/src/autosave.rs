@@ -105,16 +105,7 @@ impl Autosave {
         }
         self.wait();
         let started = Instant::now();
-        let snapshot = match checkpoint::snapshot::<B>(args, model, optim, scaler, done, log) {
-            Ok(snapshot) => snapshot,
-            Err(e) => {
-                log::warn!(
-                    "no checkpoint after step {}: {e}; training goes on",
-                    done - 1
-                );
-                return;
-            }
-        };
+        let snapshot = checkpoint::snapshot::<B>(args, model, optim, scaler, done, log);
         self.stall = started.elapsed();
         self.stalled += self.stall;
         self.saves += 1;

@@ -71,8 +71,7 @@ fn host_item<B: Backend, R: Record<Ad<B>>>(
 }
 
 /// Reads model, optimizer and run state into a [`Snapshot`] (the caller's thread waits for the
-/// device reads, not for their encoding). Encoded as `recorder()` writes them, so loading reads
-/// either.
+/// device reads, not for their encoding, which `recorder()` does when the snapshot is written).
 pub fn snapshot<B: Backend>(
     args: &TrainArgs,
     model: &Gpt<Ad<B>>,
@@ -80,7 +79,7 @@ pub fn snapshot<B: Backend>(
     scaler: Option<&GradScaler>,
     next_step: u64,
     log: &[StepLog],
-) -> Result<Snapshot, String> {
+) -> Snapshot {
     let model_item = host_item::<B, _>(model.clone().into_record());
     let optimizer_item = host_item::<B, _>(optim.to_record());
     let records = Box::new(move |dir: &Path| {
@@ -100,12 +99,12 @@ pub fn snapshot<B: Backend>(
         grad_scaler: scaler.map(GradScaler::state),
         optimizer: optim.kind(),
     };
-    Ok(Snapshot {
+    Snapshot {
         root: args.checkpoints(),
         next_step,
         records,
         state: serde_json::to_string_pretty(&state).unwrap(),
-    })
+    }
 }
 
 impl Snapshot {
@@ -143,7 +142,7 @@ pub fn save_checkpoint<B: Backend>(
     next_step: u64,
     log: &[StepLog],
 ) -> Result<PathBuf, String> {
-    snapshot::<B>(args, model, optim, scaler, next_step, log)?.write()
+    snapshot::<B>(args, model, optim, scaler, next_step, log).write()
 }
 
 /// The step a checkpoint folder (`step-NNNNNNNN`) was written after.
