@@ -80,6 +80,19 @@ struct Args {
     /// Divides the batch (to try the models on the CPU).
     #[arg(long, default_value_t = 1)]
     shrink: usize,
+    /// How convolutions choose their kernels: the inner backend's autotune (the default) or
+    /// one kernel a pass.
+    #[arg(long, value_enum, default_value = "autotune")]
+    conv: ConvChoice,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum ConvChoice {
+    /// `frugal::kernels::ConvAlgorithm::OneKernel`.
+    OneKernel,
+    /// `frugal::kernels::ConvAlgorithm::Autotune`: burn-cubecl's autotune.
+    Autotune,
 }
 
 const VOCAB: usize = 8192;
@@ -302,6 +315,11 @@ struct RunLine {
     first_step_nvrtc_s: Option<f64>,
     /// frugal-cuda: kernels compiled in each step after the first.
     later_compiled: Option<Vec<u64>>,
+    /// How convolutions chose their kernels, and the passes run with one kernel (of them,
+    /// those the implicit GEMM refused).
+    conv: ConvChoice,
+    conv_passes: u64,
+    conv_fallbacks: u64,
 }
 
 fn train<B: Backend, M>(args: &Args, model: M, device: &B::Device) -> RunLine
@@ -385,6 +403,9 @@ where
         first_step_compile_s: first_compile.map(|c| c.compiling.as_secs_f64()),
         first_step_nvrtc_s: first_compile.map(|c| c.nvrtc.as_secs_f64()),
         later_compiled: counts.map(|_| compiled),
+        conv: args.conv,
+        conv_passes: frugal::kernels::stats().conv_passes,
+        conv_fallbacks: frugal::kernels::stats().conv_fallbacks,
     }
 }
 
@@ -396,6 +417,10 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> RunLine {
         .budget
         .or_else(|| Some((args.budget_of? as f64 * args.fraction?) as u64));
     memory::set_budget(&device, budget);
+    frugal::kernels::set_conv_algorithm(match args.conv {
+        ConvChoice::OneKernel => frugal::kernels::ConvAlgorithm::OneKernel,
+        ConvChoice::Autotune => frugal::kernels::ConvAlgorithm::Autotune,
+    });
     match args.model {
         ModelKind::Encoder => train::<B, _>(args, encoder::<Ad<B>>(&device), &device),
         ModelKind::Resnet => train::<B, _>(args, resnet::<Ad<B>>(&device), &device),

@@ -5,7 +5,8 @@
 # MODELS (default "encoder lstm"), FRACTIONS (default "0.5 0.333"), STEPS (default 16), LIMIT
 # (seconds per budgeted process, default 120; plain runs get PLAIN_LIMIT, default LIMIT).
 # DEVICE: burn-nn-models' --device (default frugal-cuda; when given, the outputs are named
-# DEVICE-MODEL-...). RUST_LOG for the budgeted runs: frugal=debug (the step plan's choices).
+# DEVICE-MODEL-...). EXTRA: more flags for every burn-nn-models run (e.g. `--conv autotune`),
+# TAG: a suffix for their outputs' names. RUST_LOG for the budgeted runs: frugal=debug (the step plan's choices).
 # Staged in .gpu/:
 # burn-nn-models.xz, torch_gpt.py, torch_best.py, cubecl-cache.tgz if a call left one.
 set -u
@@ -21,12 +22,12 @@ if [ -z "${SKIP_TORCH:-}" ]; then
   one torch_best 150 python3 torch_best.py --configs bf16_compile_amb20
 fi
 for m in ${MODELS:-encoder lstm}; do
-  one $pre$m-plain ${PLAIN_LIMIT:-${LIMIT:-120}} ./burn-nn-models $dev --model $m --steps ${STEPS:-16}
-  peak=$(python3 -c "import json; print(json.loads(open('$R/$pre$m-plain.out').readline())['peak_live'])" 2>/dev/null)
+  one $pre$m-plain${TAG:-} ${PLAIN_LIMIT:-${LIMIT:-120}} ./burn-nn-models $dev --model $m --steps ${STEPS:-16} ${EXTRA:-}
+  peak=$(python3 -c "import json; print(json.loads(open('$R/$pre$m-plain${TAG:-}.out').readline())['peak_live'])" 2>/dev/null)
   [ -z "$peak" ] && continue
   for f in ${FRACTIONS-0.5 0.333}; do
-    RUST_LOG=frugal=debug one $pre$m-$f ${LIMIT:-120} ./burn-nn-models $dev --model $m --steps ${STEPS:-16} \
-      --budget-of $peak --fraction $f
+    RUST_LOG=frugal=debug one $pre$m-$f${TAG:-} ${LIMIT:-120} ./burn-nn-models $dev --model $m --steps ${STEPS:-16} \
+      --budget-of $peak --fraction $f ${EXTRA:-}
   done
 done
 (cd ../target && tar czf $OUT/cubecl-cache.tgz autotune frugal-cuda-kernels 2>/dev/null)

@@ -8,6 +8,8 @@ mod adamw8bit;
 #[cfg(feature = "wgpu")]
 mod attention;
 mod compare;
+#[cfg(feature = "wgpu")]
+mod conv;
 mod coverage;
 mod differential;
 #[cfg(feature = "wgpu")]

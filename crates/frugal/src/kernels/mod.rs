@@ -36,6 +36,10 @@
 //!   bytes go to the device as they are, with no host copy and no wait (see `upload`);
 //! - **the AdamW update** (`crate::optim::AdamW8bit`, f32 or 8-bit moments): one launch per
 //!   parameter, in place (its dispatch is in `crate::optim`, above the tensor type it unwraps).
+//! - **2D convolutions** (`conv2d` and its data and weight gradients), when asked
+//!   ([`ConvAlgorithm::OneKernel`]): burn-cubecl's own kernels with one strategy (implicit
+//!   GEMM, else direct) instead of its autotune, which compiles and times 21 candidate kernels
+//!   for every new shape; one custom operation each under fusion.
 //!
 //! Under fusion, a Frugal kernel is a custom operation, which ends the fused block before it:
 //! a cast that Burn's fusion would fold into the neighbouring element-wise kernel is cheaper
@@ -133,6 +137,11 @@ pub struct KernelStats {
     /// Of the products, those registered as a custom operation of Burn's fusion (counted when
     /// registered).
     pub fused_blas_products: u64,
+    /// 2D convolution passes (forward, data and weight gradients) run with one kernel each
+    /// under [`ConvAlgorithm::OneKernel`] (counted when launched).
+    pub conv_passes: u64,
+    /// Of those, passes the implicit GEMM refused, run by the direct kernel.
+    pub conv_fallbacks: u64,
 }
 
 pub(crate) static CASTS: AtomicU64 = AtomicU64::new(0);
@@ -168,6 +177,10 @@ pub(crate) static CROSS_ENTROPY_ROWS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static BLAS_PRODUCTS: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(feature = "frugal-cuda"), allow(dead_code))]
 pub(crate) static FUSED_BLAS_PRODUCTS: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static CONV_PASSES: AtomicU64 = AtomicU64::new(0);
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) static CONV_FALLBACKS: AtomicU64 = AtomicU64::new(0);
 
 /// Reads the [`KernelStats`] counters.
 pub fn stats() -> KernelStats {
@@ -192,6 +205,8 @@ pub fn stats() -> KernelStats {
         cross_entropy_rows: CROSS_ENTROPY_ROWS.load(Relaxed),
         blas_products: BLAS_PRODUCTS.load(Relaxed),
         fused_blas_products: FUSED_BLAS_PRODUCTS.load(Relaxed),
+        conv_passes: CONV_PASSES.load(Relaxed),
+        conv_fallbacks: CONV_FALLBACKS.load(Relaxed),
     }
 }
 
@@ -763,6 +778,148 @@ pub(crate) fn linear_weight_backward<B: Backend>(
     match product::<B>(ProductCall::LinearWeight, x, output_grad) {
         Ok(out) => out,
         Err([x, output_grad]) => B::linear_weight_backward(x, output_grad),
+    }
+}
+
+/// How 2D convolutions on a CubeCL runtime choose their kernels.
+///
+/// Burn's autotune compiles and times every candidate of every pass (21 kernels for each new
+/// shape, one after another) before the step that first meets the shape can end; one kernel a
+/// pass skips that, but its kernel may be slower in every step after, so
+/// [`ConvAlgorithm::OneKernel`] pays off for short runs or a first look at a model (the
+/// trade measured on a ResNet is in `docs/results.md`, under cold start).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConvAlgorithm {
+    /// The inner backend's own convolution: on burn-cubecl, autotune keeps the fastest
+    /// candidate of each pass and shape.
+    #[default]
+    Autotune,
+    /// One kernel a pass: burn-cubecl's implicit GEMM on tensor cores where it takes the
+    /// problem, else its direct kernel. A new shape compiles one kernel a pass.
+    OneKernel,
+}
+
+static CONV_ALGORITHM: AtomicU8 = AtomicU8::new(0);
+
+/// Sets how 2D convolutions choose their kernels, for every device (default
+/// [`ConvAlgorithm::Autotune`]). [`KernelMode::Never`] leaves them to the inner backend
+/// whatever this says.
+pub fn set_conv_algorithm(algorithm: ConvAlgorithm) {
+    CONV_ALGORITHM.store(algorithm as u8, Relaxed);
+}
+
+/// The current [`ConvAlgorithm`].
+pub fn conv_algorithm() -> ConvAlgorithm {
+    match CONV_ALGORITHM.load(Relaxed) {
+        1 => ConvAlgorithm::OneKernel,
+        _ => ConvAlgorithm::Autotune,
+    }
+}
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod conv;
+
+/// Runs one convolution pass with [`ConvAlgorithm::OneKernel`] if the algorithm, the mode
+/// and the primitives allow; `Err` gives the inputs back.
+fn conv_pass<B: Backend>(
+    pass: ConvPassKind,
+    inputs: Vec<B::FloatTensorPrimitive>,
+    options: &burn_backend::ops::ConvOptions<2>,
+) -> Result<B::FloatTensorPrimitive, Vec<B::FloatTensorPrimitive>> {
+    if conv_algorithm() != ConvAlgorithm::OneKernel || mode() == KernelMode::Never {
+        return Err(inputs);
+    }
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    {
+        let call = conv::ConvCall {
+            pass: match pass {
+                ConvPassKind::Forward => conv::ConvPass::Forward,
+                ConvPassKind::Data(x_shape) => conv::ConvPass::Data { x_shape },
+                ConvPassKind::Weight(weight_shape) => conv::ConvPass::Weight { weight_shape },
+            },
+            options: options.clone(),
+        };
+        let mut slot = custom::Slot {
+            inputs,
+            outputs: None,
+        };
+        if custom::run(&mut slot, &call)
+            && let Some(out) = slot.outputs.and_then(|outputs| outputs.into_iter().next())
+        {
+            return Ok(out);
+        }
+        Err(slot.inputs)
+    }
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    {
+        let _ = (pass, options);
+        Err(inputs)
+    }
+}
+
+/// Which convolution pass [`conv_pass`] runs, with the shape it makes for the gradients.
+enum ConvPassKind {
+    Forward,
+    Data(burn_backend::Shape),
+    Weight(burn_backend::Shape),
+}
+
+/// `B::conv2d`, with one kernel under [`ConvAlgorithm::OneKernel`] on CubeCL runtimes.
+pub(crate) fn conv2d<B: Backend>(
+    x: B::FloatTensorPrimitive,
+    weight: B::FloatTensorPrimitive,
+    bias: Option<B::FloatTensorPrimitive>,
+    options: burn_backend::ops::ConvOptions<2>,
+) -> B::FloatTensorPrimitive {
+    let with_bias = bias.is_some();
+    let mut inputs = vec![x, weight];
+    inputs.extend(bias);
+    match conv_pass::<B>(ConvPassKind::Forward, inputs, &options) {
+        Ok(out) => out,
+        Err(inputs) => {
+            let mut inputs = inputs.into_iter();
+            let (x, weight) = (inputs.next().expect("x"), inputs.next().expect("weight"));
+            let bias = with_bias.then(|| inputs.next().expect("bias"));
+            B::conv2d(x, weight, bias, options)
+        }
+    }
+}
+
+/// `B::conv2d_x_backward`, with one kernel under [`ConvAlgorithm::OneKernel`] on CubeCL
+/// runtimes.
+pub(crate) fn conv2d_x_backward<B: Backend>(
+    x: B::FloatTensorPrimitive,
+    weight: B::FloatTensorPrimitive,
+    output_grad: B::FloatTensorPrimitive,
+    options: burn_backend::ops::ConvOptions<2>,
+) -> B::FloatTensorPrimitive {
+    use burn_backend::TensorMetadata;
+    let pass = ConvPassKind::Data(x.shape());
+    match conv_pass::<B>(pass, vec![output_grad, weight], &options) {
+        Ok(out) => out,
+        Err(inputs) => {
+            let [output_grad, weight] = <[_; 2]>::try_from(inputs).expect("two inputs");
+            B::conv2d_x_backward(x, weight, output_grad, options)
+        }
+    }
+}
+
+/// `B::conv2d_weight_backward`, with one kernel under [`ConvAlgorithm::OneKernel`] on CubeCL
+/// runtimes.
+pub(crate) fn conv2d_weight_backward<B: Backend>(
+    x: B::FloatTensorPrimitive,
+    weight: B::FloatTensorPrimitive,
+    output_grad: B::FloatTensorPrimitive,
+    options: burn_backend::ops::ConvOptions<2>,
+) -> B::FloatTensorPrimitive {
+    use burn_backend::TensorMetadata;
+    let pass = ConvPassKind::Weight(weight.shape());
+    match conv_pass::<B>(pass, vec![x, output_grad], &options) {
+        Ok(out) => out,
+        Err(inputs) => {
+            let [x, output_grad] = <[_; 2]>::try_from(inputs).expect("two inputs");
+            B::conv2d_weight_backward(x, weight, output_grad, options)
+        }
     }
 }
 

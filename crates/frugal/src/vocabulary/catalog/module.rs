@@ -19,9 +19,9 @@ macro_rules! module_methods {
             fn conv1d_x_backward(x: F, weight: F, output_grad: F, options: [ConvOptions<1>]) -> F;
             fn conv1d_weight_backward(x: F, weight: F, output_grad: F, options: [ConvOptions<1>]) -> F;
             fn conv1d_bias_backward(x: F, bias: F, output_grad: F) -> F;
-            fn conv2d(x: F, weight: F, bias: OF, options: [ConvOptions<2>]) -> F;
-            fn conv2d_x_backward(x: F, weight: F, output_grad: F, options: [ConvOptions<2>]) -> F;
-            fn conv2d_weight_backward(x: F, weight: F, output_grad: F, options: [ConvOptions<2>]) -> F;
+            fn conv2d(x: F, weight: F, bias: OF, options: [ConvOptions<2>]) -> F via conv2d;
+            fn conv2d_x_backward(x: F, weight: F, output_grad: F, options: [ConvOptions<2>]) -> F via conv2d_x_backward;
+            fn conv2d_weight_backward(x: F, weight: F, output_grad: F, options: [ConvOptions<2>]) -> F via conv2d_weight_backward;
             fn conv2d_bias_backward(x: F, bias: F, output_grad: F) -> F;
             fn deform_conv2d(x: F, offset: F, weight: F, mask: OF, bias: OF, options: [DeformConvOptions<2>]) -> F;
             fn deform_conv2d_backward(x: F, offset: F, weight: F, mask: OF, bias: OF, output_grad: F, options: [DeformConvOptions<2>]) -> DeformConv2dBackward;

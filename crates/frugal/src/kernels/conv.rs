@@ -1,0 +1,153 @@
+//! The CubeCL side of a 2D convolution under [`super::ConvAlgorithm::OneKernel`]: the passes'
+//! shapes and their launches through burn-cubecl's own convolution kernels with a fixed
+//! strategy (implicit GEMM where it takes the problem, else the direct kernel), run through
+//! the generic custom operation of [`super::custom`].
+//!
+//! Burn's default strategy autotunes every pass of every new shape: it compiles and times
+//! each of 8 forward, 6 data-gradient and 7 weight-gradient candidates, most of them
+//! tensor-core matrix kernels that take NVRTC about half a second each, one after another. A
+//! fixed strategy compiles one kernel per pass and shape.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use burn_backend::ops::ConvOptions;
+use burn_backend::ops::conv::calculate_conv_output_size;
+use burn_backend::{DType, Shape};
+use burn_cubecl::kernel::conv::{
+    ConvStrategy, conv_data_backward, conv_forward, conv_weight_backward,
+};
+use burn_cubecl::{CubeRuntime, tensor::CubeTensor};
+
+use super::cube::kernel_dtype;
+use super::custom::CubeCall;
+use super::{CONV_FALLBACKS, CONV_PASSES};
+
+/// Which pass of a convolution, with what it needs beyond its inputs.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ConvPass {
+    /// `conv2d`: inputs x, the weight and, with a bias, the bias; output the convolution.
+    Forward,
+    /// `conv2d_x_backward`: inputs the output's gradient and the weight; output x's gradient,
+    /// of x's shape.
+    Data {
+        /// The shape of x.
+        x_shape: Shape,
+    },
+    /// `conv2d_weight_backward`: inputs x and the output's gradient; output the weight's
+    /// gradient.
+    Weight {
+        /// The shape of the weight.
+        weight_shape: Shape,
+    },
+}
+
+/// One pass of a 2D convolution (NCHW, as Burn's `ModuleOps` takes it).
+#[derive(Clone, Debug)]
+pub(crate) struct ConvCall {
+    pub(crate) pass: ConvPass,
+    pub(crate) options: ConvOptions<2>,
+}
+
+impl ConvCall {
+    /// The output's shape, if the inputs are what the pass takes: rank-4 tensors (and a
+    /// rank-1 bias) of one float dtype whose channels agree with the weight's.
+    fn output_shape(&self, inputs: &[(&Shape, DType)]) -> Option<Shape> {
+        let dtype = inputs.first()?.1;
+        if !dtype.is_float() || inputs.iter().any(|(_, d)| *d != dtype) {
+            return None;
+        }
+        let rank_4 = |count: usize| inputs.iter().take(count).all(|(s, _)| s.num_dims() == 4);
+        match &self.pass {
+            ConvPass::Forward => {
+                if !(2..=3).contains(&inputs.len()) || !rank_4(2) {
+                    return None;
+                }
+                let (x, weight) = (inputs[0].0, inputs[1].0);
+                if let Some((bias, _)) = inputs.get(2)
+                    && bias.as_slice() != [weight[0]]
+                {
+                    return None;
+                }
+                let groups = self.options.groups;
+                if groups == 0 || x[1] != weight[1] * groups || weight[0] % groups != 0 {
+                    return None;
+                }
+                let mut out = [x[0], weight[0], 0, 0];
+                for axis in 0..2 {
+                    let reach = self.options.dilation[axis] * weight[2 + axis].checked_sub(1)? + 1;
+                    if x[2 + axis] + 2 * self.options.padding[axis] < reach
+                        || self.options.stride[axis] == 0
+                    {
+                        return None;
+                    }
+                    out[2 + axis] = calculate_conv_output_size(
+                        weight[2 + axis],
+                        self.options.stride[axis],
+                        self.options.padding[axis],
+                        self.options.dilation[axis],
+                        x[2 + axis],
+                    );
+                }
+                Some(Shape::new(out))
+            }
+            ConvPass::Data { x_shape: shape }
+            | ConvPass::Weight {
+                weight_shape: shape,
+            } => (inputs.len() == 2 && rank_4(2) && shape.num_dims() == 4).then(|| shape.clone()),
+        }
+    }
+}
+
+impl CubeCall for ConvCall {
+    const NAME: &'static str = "frugal_conv2d";
+
+    fn outputs(&self, inputs: &[(&Shape, DType)]) -> Option<Vec<(Shape, DType)>> {
+        let shape = self.output_shape(inputs)?;
+        Some(vec![(shape, inputs[0].1)])
+    }
+
+    fn device_takes<R: CubeRuntime>(&self, device: &R::Device, inputs: &[(&Shape, DType)]) -> bool {
+        self.output_shape(inputs).is_some()
+            && kernel_dtype(inputs[0].1).is_some_and(|dtype| dtype.is_supported(&R::client(device)))
+    }
+
+    fn launch<R: CubeRuntime>(&self, inputs: &[CubeTensor<R>]) -> Option<Vec<CubeTensor<R>>> {
+        // The implicit GEMM refuses problems its tiles do not take (and devices without
+        // tensor cores) before it launches anything; the direct kernel takes every problem.
+        let run = |strategy: ConvStrategy| {
+            let options = self.options.clone();
+            match &self.pass {
+                ConvPass::Forward => conv_forward::<R, 2>(
+                    inputs[0].clone(),
+                    inputs[1].clone(),
+                    inputs.get(2).cloned(),
+                    options,
+                    strategy,
+                ),
+                ConvPass::Data { x_shape } => conv_data_backward::<R, 2>(
+                    inputs[0].clone(),
+                    inputs[1].clone(),
+                    x_shape.clone(),
+                    options,
+                    strategy,
+                ),
+                ConvPass::Weight { weight_shape } => conv_weight_backward::<R, 2>(
+                    inputs[0].clone(),
+                    inputs[1].clone(),
+                    weight_shape.clone(),
+                    options,
+                    strategy,
+                ),
+            }
+        };
+        let out = match run(ConvStrategy::ImplicitGemm) {
+            Ok(out) => out,
+            Err(_) => {
+                CONV_FALLBACKS.fetch_add(1, Relaxed);
+                run(ConvStrategy::Direct).ok()?
+            }
+        };
+        CONV_PASSES.fetch_add(1, Relaxed);
+        Some(vec![out])
+    }
+}
