@@ -33,7 +33,6 @@ use cubecl_runtime::validation::{validate_cube_dim, validate_units};
 use cudarc::driver::sys::{CUctx_st, CUfunc_st, CUfunction_attribute, CUstream, CUtensorMap};
 
 use crate::kernel_cache::{KernelCache, KernelKey};
-use crate::storage::DeviceResource;
 
 /// Kernels this process compiled with NVRTC, on every device.
 static COMPILED: AtomicU64 = AtomicU64::new(0);
@@ -55,7 +54,9 @@ pub struct KernelLoads {
     pub compiled: u64,
     /// Loaded from the disk cache (see [`crate::kernel_cache`]): no code generation, no NVRTC.
     pub from_disk: u64,
-    /// Time spent generating code and running NVRTC, in nanoseconds.
+    /// Time spent generating code and running NVRTC, in nanoseconds, summed over the threads
+    /// that compile (see [`crate::COMPILE_THREADS_ENV`]): more than the time waited where
+    /// kernels compiled side by side.
     pub compile_nanos: u64,
     /// The part of `compile_nanos` spent in NVRTC (the rest is CubeCL's code generation).
     pub nvrtc_nanos: u64,
@@ -136,6 +137,7 @@ impl KernelContext {
         self.kernels.contains_key(id)
     }
 
+    /// Compiles `kernel` here and now (see [`Self::prepare`] and [`CompileJob::run`]).
     pub fn compile(
         &mut self,
         kernel_id: &KernelId,
@@ -143,6 +145,22 @@ impl KernelContext {
         mode: ExecutionMode,
         logger: Arc<ServerLogger>,
     ) -> Result<(), LaunchError> {
+        match self.prepare(kernel_id, kernel, mode, logger)? {
+            Prepared::Loaded => Ok(()),
+            Prepared::Job(job) => self.finish(job.run()?),
+        }
+    }
+
+    /// Loads `kernel` from the disk cache if it is there; otherwise returns the job that
+    /// generates its code and runs NVRTC, which needs nothing of the context and may run on
+    /// another thread. [`Self::finish`] loads what the job made.
+    pub fn prepare(
+        &mut self,
+        kernel_id: &KernelId,
+        kernel: Box<dyn CubeTask<CudaCompiler>>,
+        mode: ExecutionMode,
+        logger: Arc<ServerLogger>,
+    ) -> Result<Prepared, LaunchError> {
         validate_cube_dim(&self.properties, kernel_id)?;
         validate_units(&self.properties, kernel_id)?;
 
@@ -155,9 +173,9 @@ impl KernelContext {
         let include_option = format!("--include-path={}", include.display());
         let cccl = cubecl_cuda::install::cccl_include_path();
         let cccl_option = format!("--include-path={}", cccl.display());
-        let mut options = vec![arch.as_str(), include_option.as_str(), "-lineinfo"];
+        let mut options = vec![arch, include_option, "-lineinfo".to_string()];
         if cccl.exists() {
-            options.push(&cccl_option);
+            options.push(cccl_option);
         }
 
         // Keyed before code generation, as CubeCL's own PTX cache is (the kernel id's stable
@@ -174,7 +192,7 @@ impl KernelContext {
         // After the key: a precompiled header changes how fast NVRTC reads the CUDA headers,
         // not what it makes.
         if toolchain.precompiled_headers {
-            options.push(PRECOMPILED_HEADERS);
+            options.push(PRECOMPILED_HEADERS.to_string());
         }
         if let Some(entry) = self
             .disk
@@ -192,7 +210,7 @@ impl KernelContext {
             ) {
                 Ok(()) => {
                     FROM_DISK.fetch_add(1, Relaxed);
-                    return Ok(());
+                    return Ok(Prepared::Loaded);
                 }
                 // An entry that checks out but does not load (PTX this driver refuses): compile.
                 Err(e) => {
@@ -200,69 +218,27 @@ impl KernelContext {
                 }
             }
         }
-
-        let started = Instant::now();
-        let mut compiled = kernel.compile(
-            &mut Default::default(),
-            &self.options,
+        Ok(Prepared::Job(CompileJob {
+            kernel,
+            kernel_id: kernel_id.clone(),
+            compilation: self.options.clone(),
             mode,
-            kernel.address_type(),
-        )?;
-        let shared_mem_bytes = compiled
-            .repr
-            .as_ref()
-            .map_or(0, |repr| repr.shared_memory_size());
-        self.check_shared(shared_mem_bytes)?;
-        if logger.compilation_activated() {
-            compiled.debug_info = Some(DebugInformation::new("cpp", kernel_id.clone()));
-            if let Ok(formatted) = format_cpp(&compiled.source) {
-                compiled.source = formatted;
-            }
-        }
-        logger.log_compilation(&compiled);
+            logger,
+            nvrtc_options: options,
+            key,
+            max_shared_mem_bytes: self.properties.hardware.max_shared_memory_size,
+        }))
+    }
 
-        let source = CString::new(compiled.source.clone())
-            .map_err(|e| generic(format!("kernel source holds a NUL byte: {e}")))?;
-        // SAFETY: NVRTC calls on a program created here from a NUL-terminated source that
-        // outlives it; the log is copied before the program is destroyed.
-        let image = unsafe {
-            let program = cudarc::nvrtc::result::create_program(source.as_c_str(), None)
-                .map_err(|e| generic(format!("{e:?}")))?;
-            let nvrtc_started = Instant::now();
-            let compiled_program = cudarc::nvrtc::result::compile_program(program, &options);
-            NVRTC_NANOS.fetch_add(nvrtc_started.elapsed().as_nanos() as u64, Relaxed);
-            let image = match compiled_program {
-                Ok(()) => cubin(program).map(Ok).unwrap_or_else(|| {
-                    cudarc::nvrtc::result::get_ptx(program)
-                        .map(|ptx| ptx.into_iter().map(|c| c as u8).collect())
-                        .map_err(|e| generic(format!("{e:?}")))
-                }),
-                Err(_) => Err(generic(
-                    match cudarc::nvrtc::result::get_program_log(program) {
-                        Ok(log) => {
-                            let log = CStr::from_ptr(log.as_ptr()).to_string_lossy();
-                            let mut message = "[Compilation Error] ".to_string();
-                            for line in log.lines().filter(|l| !l.is_empty()) {
-                                message += &format!("\n    {line}");
-                            }
-                            format!("{message}\n[Source]\n{}", compiled.source)
-                        }
-                        Err(e) => format!("[Compilation Error] no log: {e:?}"),
-                    },
-                )),
-            };
-            let _ = cudarc::nvrtc::result::destroy_program(program);
-            image?
-        };
-        COMPILE_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Relaxed);
-
+    /// Loads what a [`CompileJob`] made, writing it to the disk cache first.
+    pub fn finish(&mut self, compiled: CompiledImage) -> Result<(), LaunchError> {
         if let Some(disk) = &self.disk {
             let entry = CachedKernel {
-                entrypoint: compiled.entrypoint_name.clone(),
-                shared_mem_bytes,
-                image: image.clone(),
+                entrypoint: compiled.entrypoint.clone(),
+                shared_mem_bytes: compiled.shared_mem_bytes,
+                image: compiled.image.clone(),
             };
-            if let Err(e) = disk.put(&key, &entry.encode()) {
+            if let Err(e) = disk.put(&compiled.key, &entry.encode()) {
                 // Once: the cache is off for the rest of the process, so a read-only folder
                 // costs one line, not one per kernel.
                 log::warn!(
@@ -275,11 +251,11 @@ impl KernelContext {
             }
         }
         self.load(
-            image,
-            kernel_id.clone(),
-            compiled.entrypoint_name,
+            compiled.image,
+            compiled.kernel_id,
+            compiled.entrypoint,
             compiled.cube_dim,
-            shared_mem_bytes,
+            compiled.shared_mem_bytes,
         )?;
         COMPILED.fetch_add(1, Relaxed);
         Ok(())
@@ -453,14 +429,15 @@ impl KernelContext {
         kernel_id: &KernelId,
         dispatch: (u32, u32, u32),
         tensor_maps: &[CUtensorMap],
-        resources: &[DeviceResource],
+        buffers: impl IntoIterator<Item = *mut c_void>,
         const_info: Option<*mut c_void>,
     ) -> Result<(), LaunchError> {
         let mut params: Vec<*mut c_void> = tensor_maps
             .iter()
             .map(|map| map as *const CUtensorMap as *mut c_void)
             .collect();
-        params.extend(resources.iter().map(|r| r.binding));
+        // Each buffer parameter points at a `u64` holding the buffer's device address.
+        params.extend(buffers);
         params.extend(const_info);
         let kernel = self
             .kernels
@@ -489,6 +466,118 @@ impl KernelContext {
             .map_err(unknown)?;
         }
         Ok(())
+    }
+}
+
+/// What [`KernelContext::prepare`] found: the kernel loaded from the disk cache, or the work
+/// that makes it.
+pub(crate) enum Prepared {
+    Loaded,
+    Job(CompileJob),
+}
+
+/// A kernel's code generation and NVRTC run: everything they need, owned, so that the job can
+/// run on a compile thread while the server goes on.
+pub(crate) struct CompileJob {
+    kernel: Box<dyn CubeTask<CudaCompiler>>,
+    kernel_id: KernelId,
+    compilation: CompilationOptions,
+    mode: ExecutionMode,
+    logger: Arc<ServerLogger>,
+    nvrtc_options: Vec<String>,
+    key: KernelKey,
+    max_shared_mem_bytes: usize,
+}
+
+/// A kernel image NVRTC made, with what loading it needs.
+pub(crate) struct CompiledImage {
+    kernel_id: KernelId,
+    key: KernelKey,
+    entrypoint: String,
+    cube_dim: CubeDim,
+    shared_mem_bytes: usize,
+    image: Vec<u8>,
+}
+
+impl CompileJob {
+    /// The kernel the job compiles.
+    pub fn kernel_id(&self) -> &KernelId {
+        &self.kernel_id
+    }
+
+    /// Generates the kernel's CUDA C++ and compiles it with NVRTC (thread-safe per program).
+    pub fn run(self) -> Result<CompiledImage, LaunchError> {
+        let started = Instant::now();
+        let kernel = &self.kernel;
+        let mut compiled = kernel.compile(
+            &mut Default::default(),
+            &self.compilation,
+            self.mode,
+            kernel.address_type(),
+        )?;
+        let shared_mem_bytes = compiled
+            .repr
+            .as_ref()
+            .map_or(0, |repr| repr.shared_memory_size());
+        if shared_mem_bytes > self.max_shared_mem_bytes {
+            return Err(ResourceLimitError::SharedMemory {
+                requested: shared_mem_bytes,
+                max: self.max_shared_mem_bytes,
+                backtrace: BackTrace::capture(),
+            }
+            .into());
+        }
+        if self.logger.compilation_activated() {
+            compiled.debug_info = Some(DebugInformation::new("cpp", self.kernel_id.clone()));
+            if let Ok(formatted) = format_cpp(&compiled.source) {
+                compiled.source = formatted;
+            }
+        }
+        self.logger.log_compilation(&compiled);
+
+        let source = CString::new(compiled.source.clone())
+            .map_err(|e| generic(format!("kernel source holds a NUL byte: {e}")))?;
+        let options: Vec<&str> = self.nvrtc_options.iter().map(String::as_str).collect();
+        // SAFETY: NVRTC calls on a program created here from a NUL-terminated source that
+        // outlives it; the log is copied before the program is destroyed.
+        let image = unsafe {
+            let program = cudarc::nvrtc::result::create_program(source.as_c_str(), None)
+                .map_err(|e| generic(format!("{e:?}")))?;
+            let nvrtc_started = Instant::now();
+            let compiled_program = cudarc::nvrtc::result::compile_program(program, &options);
+            NVRTC_NANOS.fetch_add(nvrtc_started.elapsed().as_nanos() as u64, Relaxed);
+            let image = match compiled_program {
+                Ok(()) => cubin(program).map(Ok).unwrap_or_else(|| {
+                    cudarc::nvrtc::result::get_ptx(program)
+                        .map(|ptx| ptx.into_iter().map(|c| c as u8).collect())
+                        .map_err(|e| generic(format!("{e:?}")))
+                }),
+                Err(_) => Err(generic(
+                    match cudarc::nvrtc::result::get_program_log(program) {
+                        Ok(log) => {
+                            let log = CStr::from_ptr(log.as_ptr()).to_string_lossy();
+                            let mut message = "[Compilation Error] ".to_string();
+                            for line in log.lines().filter(|l| !l.is_empty()) {
+                                message += &format!("\n    {line}");
+                            }
+                            format!("{message}\n[Source]\n{}", compiled.source)
+                        }
+                        Err(e) => format!("[Compilation Error] no log: {e:?}"),
+                    },
+                )),
+            };
+            let _ = cudarc::nvrtc::result::destroy_program(program);
+            image?
+        };
+        COMPILE_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Relaxed);
+        Ok(CompiledImage {
+            kernel_id: self.kernel_id,
+            key: self.key,
+            entrypoint: compiled.entrypoint_name,
+            cube_dim: compiled.cube_dim,
+            shared_mem_bytes,
+            image,
+        })
     }
 }
 

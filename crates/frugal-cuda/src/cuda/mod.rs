@@ -21,6 +21,7 @@
 //! [`crate::kernel_cache`]), and the Blackwell-only tensor-map formats.
 
 mod blas;
+mod compile_pool;
 mod compiler;
 mod hold;
 mod init;
@@ -30,6 +31,7 @@ mod server;
 mod tma;
 
 pub use blas::blas_available;
+pub use compile_pool::COMPILE_THREADS_ENV;
 pub use compiler::{KernelLoads, PRECOMPILED_HEADERS_ENV, kernel_loads};
 pub use hold::{HeldDeviceMemory, hold_device_memory};
 pub use launch_timing::{LaunchTimings, LaunchTotal};

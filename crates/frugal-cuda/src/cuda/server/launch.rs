@@ -1,7 +1,7 @@
 //! [`FrugalCudaServer::launch_checked`]: a kernel launch from CubeCL's arguments to the driver
 //! call (the dispatch counts, the metadata buffer, the bindings' addresses and tensor maps,
-//! compilation at first use, timing). Its own file because it is the server's longest path and
-//! the only user of the metadata cache.
+//! compilation at first use, deferred behind compiling kernels by `deferred.rs`). Its own file
+//! because it is the server's longest path and the only user of the metadata cache.
 
 use std::ffi::c_void;
 
@@ -9,13 +9,13 @@ use cubecl_common::backtrace::BackTrace;
 use cubecl_common::stream_id::StreamId;
 use cubecl_core::future;
 use cubecl_core::prelude::*;
-use cubecl_core::server::{Binding, CopyDescriptor, KernelArguments, ProfileError, ServerError};
+use cubecl_core::server::{Binding, CopyDescriptor, KernelArguments, ServerError};
 use cubecl_cuda::CudaCompiler;
 use cubecl_runtime::compiler::CubeTask;
 use cudarc::driver::sys::CUtensorMap;
 
 use super::FrugalCudaServer;
-use super::fence::Fence;
+use super::deferred::DeferredLaunch;
 use crate::cuda::tma;
 use crate::launch_metadata::{self, Placement};
 
@@ -66,6 +66,8 @@ impl FrugalCudaServer {
             CubeCount::Static(x, y, z) => (x, y, z),
             // CUDA has no indirect dispatch: read the three counts back (as cubecl-cuda does).
             CubeCount::Dynamic(binding) => {
+                // The counts may come from a launch still deferred.
+                self.launch_deferred(true);
                 let data = future::block_on(self.read_async(vec![CopyDescriptor::new(
                     binding,
                     [3].into(),
@@ -119,32 +121,33 @@ impl FrugalCudaServer {
             let address = self.resource(map.binding.clone())?.ptr;
             tensor_maps.push(tma::encode(&map.map, address)?);
         }
-        if let Some(binding) = info_binding {
+        if let Some(binding) = info_binding.clone() {
             resources.push(self.resource(binding)?);
         }
 
-        if !self.ctx.is_loaded(&kernel_id) {
-            self.ctx.compile(&kernel_id, kernel, mode, logger)?;
-        }
-        let started = self.timer.start(self.stream);
-        let launched = self.ctx.launch(
-            self.stream,
-            &kernel_id,
-            dispatch,
-            &tensor_maps,
-            &resources,
-            const_info,
-        );
-        self.timer.finish(name, started, self.stream);
-        if self.drop_queue.should_flush() {
-            let stream = self.stream;
-            self.drop_queue.flush(|| Fence::new(stream));
-        }
-        if let Err(e) = launched {
-            if self.ctx.timestamps.is_empty() {
-                return Err(e.into());
-            }
-            self.ctx.timestamps.error(ProfileError::Launch(e));
+        let ready = self.prepare_kernel(&kernel_id, kernel, mode, logger)?;
+        if ready && self.deferred.is_empty() {
+            let buffers = resources.iter().map(|r| r.binding);
+            self.launch_loaded(
+                &kernel_id,
+                name,
+                dispatch,
+                &tensor_maps,
+                buffers,
+                const_info,
+            );
+        } else {
+            // The binding slots cycle, so the deferred launch keeps the addresses themselves.
+            self.defer(DeferredLaunch {
+                kernel_id,
+                name,
+                dispatch,
+                tensor_maps,
+                addresses: resources.iter().map(|r| r.ptr).collect(),
+                const_info,
+                arguments: bindings,
+                info: info_binding,
+            });
         }
         Ok(())
     }

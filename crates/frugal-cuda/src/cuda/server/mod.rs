@@ -14,12 +14,14 @@
 //! This file holds the server's state, its construction, error recording, device reservations
 //! and the `ComputeServer` impl, which delegates to the files beside it: `control.rs` (the
 //! memory API's side channel), `fence.rs` (events the host and streams wait on), `transfers.rs`
-//! (host memory and copies), `launch.rs` (kernel launches) and `collective.rs` (NCCL, on a
+//! (host memory and copies), `launch.rs` (kernel launches), `deferred.rs` (launches waiting for
+//! kernels that compile on other threads) and `collective.rs` (NCCL, on a
 //! stream of its own, and the `ServerCommunication` impl). The cuBLASLt products it queues are
 //! in `cuda/blas/products.rs`, beside the library.
 
 mod collective;
 mod control;
+mod deferred;
 mod fence;
 mod launch;
 mod transfers;
@@ -64,6 +66,7 @@ use collective::Collectives;
 pub use collective::nccl_available;
 pub use control::MemoryReport;
 pub(super) use control::{ControlRequest, MemoryControl};
+use deferred::Deferred;
 use fence::Fence;
 
 /// The CubeCL compute server of [`super::FrugalCudaRuntime`].
@@ -91,6 +94,8 @@ pub struct FrugalCudaServer {
     metadata: MetadataCache,
     /// NCCL's stream and communicators, and the buffers of collectives still queued.
     collective: Collectives,
+    /// Launches waiting for kernels that compile on other threads.
+    deferred: Deferred,
 }
 
 // SAFETY: the server is driven from one thread at a time (CubeCL's device handle serialises
@@ -150,13 +155,25 @@ impl FrugalCudaServer {
             timer: LaunchTimer::default(),
             metadata: MetadataCache::default(),
             collective: Collectives::new(device),
+            deferred: Deferred::new(),
         }
     }
 
-    /// Called first by every entry point (the products' too): the thread driving the server
-    /// may change between calls, so the context is made current here, and the memory API's
-    /// requests are applied here (one atomic load when there are none).
+    /// Called first by every entry point that touches the stream or hands memory out (the
+    /// products' and collectives' too): as [`Self::enter_queuing`], then every deferred launch
+    /// goes to the stream, so that what follows comes after it.
     pub(super) fn enter(&mut self) {
+        self.enter_queuing();
+        if !self.deferred.is_empty() {
+            self.launch_deferred(true);
+        }
+    }
+
+    /// Called first by the entry points that may leave launches deferred (a launch, an
+    /// allocation, the memory figures): the thread driving the server may change between
+    /// calls, so the context is made current here, and the memory API's requests are applied
+    /// here (one atomic load when there are none).
+    pub(super) fn enter_queuing(&mut self) {
         self.ctx.set_current();
         if self.control.pending.load(Ordering::Acquire) {
             self.apply_requests();
@@ -199,7 +216,14 @@ impl FrugalCudaServer {
     /// Reserves `size` bytes; an error is a `ServerError::Generic` whose text carries the
     /// allocator's message and statistics (CubeCL's I/O errors print no description).
     fn reserve(&mut self, size: u64) -> Result<ManagedMemoryHandle, ServerError> {
-        self.memory.reserve(size).map_err(|e| {
+        let mut reserved = self.memory.reserve(size);
+        if reserved.is_err() && !self.deferred.is_empty() {
+            // Deferred launches hold the memory of tensors dropped since: launched, it can go.
+            self.launch_deferred(true);
+            self.memory.storage().allocator_mut().flush();
+            reserved = self.memory.reserve(size);
+        }
+        reserved.map_err(|e| {
             let stats = self.memory.stats();
             ServerError::Generic {
                 reason: format!(
@@ -258,7 +282,7 @@ impl ComputeServer for FrugalCudaServer {
         sizes: &[usize],
         _stream_id: StreamId,
     ) -> Result<Vec<Bytes>, ServerError> {
-        self.enter();
+        self.enter_queuing();
         Ok(sizes
             .iter()
             .map(|size| self.reserve_host(*size, true))
@@ -266,7 +290,7 @@ impl ComputeServer for FrugalCudaServer {
     }
 
     fn initialize_memory(&mut self, memory: ManagedMemoryHandle, size: u64, _stream_id: StreamId) {
-        self.enter();
+        self.enter_queuing();
         match self.reserve(size) {
             Ok(reserved) => self.bind(reserved, memory),
             // The handle stays unbound: it resolves to the registry's unallocated slot, so
@@ -329,7 +353,7 @@ impl ComputeServer for FrugalCudaServer {
         mode: ExecutionMode,
         stream_id: StreamId,
     ) {
-        self.enter();
+        self.enter_queuing();
         if let Err(e) = self.launch_checked(kernel, count, bindings, mode, stream_id) {
             self.record(e);
         }
@@ -346,7 +370,7 @@ impl ComputeServer for FrugalCudaServer {
     }
 
     fn memory_usage(&mut self, _stream_id: StreamId) -> Result<MemoryUsage, ServerError> {
-        self.enter();
+        self.enter_queuing();
         Ok(self.publish_report())
     }
 
