@@ -30,6 +30,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, ElementConversion, Int, Tensor};
 use clap::{Parser, ValueEnum};
 use frugal::memory;
+use frugal_benches::peak_memory::probes::{CompileWaitsFor, compile_waits, compile_waits_since};
 use gpt::Ad;
 use serde::Serialize;
 
@@ -313,6 +314,10 @@ struct RunLine {
     first_step_compile_s: Option<f64>,
     /// frugal-cuda: the part of the first step's compilation spent in NVRTC.
     first_step_nvrtc_s: Option<f64>,
+    /// frugal-cuda: how long the first step waited for its kernels to compile (less than
+    /// `first_step_compile_s` where they compiled side by side), and what made it wait.
+    first_step_wait_s: Option<f64>,
+    first_step_waits: Option<Vec<CompileWaitsFor>>,
     /// frugal-cuda: kernels compiled in each step after the first.
     later_compiled: Option<Vec<u64>>,
     /// How convolutions chose their kernels, and the passes run with one kernel (of them,
@@ -337,6 +342,9 @@ where
     let mut last_counts = counts.map(|read| read());
     let (mut losses, mut step_ms, mut compiled) = (Vec::new(), Vec::new(), Vec::new());
     let mut first_compile = None;
+    let on_frugal_cuda = counts.is_some();
+    let waits_before = compile_waits(on_frugal_cuda);
+    let mut first_waits = None;
     let (mut early_peak, mut steady_peak) = (0, 0);
     for step in 0..args.steps {
         if step == 3 {
@@ -355,6 +363,23 @@ where
             last_counts = Some(now);
             if step == 0 {
                 first_compile = Some(during);
+                first_waits = compile_waits(on_frugal_cuda)
+                    .zip(waits_before.as_ref())
+                    .map(|(now, before)| compile_waits_since(&now, before));
+                if let Some(waits) = &first_waits {
+                    let causes: Vec<String> = waits
+                        .iter()
+                        .map(|w| format!("{} {:.1} s ({} waits)", w.cause, w.ms / 1e3, w.waits))
+                        .collect();
+                    eprintln!(
+                        "first step: {} kernels compiled ({:.1} s of compile threads' time), \
+                         {:.1} s waited for them: {}",
+                        during.compiled,
+                        during.compiling.as_secs_f64(),
+                        during.waited.as_secs_f64(),
+                        causes.join(", ")
+                    );
+                }
             } else {
                 compiled.push(during.compiled);
             }
@@ -402,6 +427,8 @@ where
         first_step_compiled: first_compile.map(|c| c.compiled),
         first_step_compile_s: first_compile.map(|c| c.compiling.as_secs_f64()),
         first_step_nvrtc_s: first_compile.map(|c| c.nvrtc.as_secs_f64()),
+        first_step_wait_s: first_compile.map(|c| c.waited.as_secs_f64()),
+        first_step_waits: first_waits,
         later_compiled: counts.map(|_| compiled),
         conv: args.conv,
         conv_passes: frugal::kernels::stats().conv_passes,

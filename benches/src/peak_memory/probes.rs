@@ -11,12 +11,15 @@ pub struct KernelsInStep {
     pub compiled: u64,
     /// Kernels loaded from NVRTC's disk cache.
     pub from_disk: u64,
-    /// Time spent generating code and running NVRTC, and loading kernels into the context.
+    /// Time spent generating code and running NVRTC, summed over the compile threads.
     pub compile_ms: f64,
     /// Time spent loading kernels into the context.
     pub load_ms: f64,
     /// The part of `compile_ms` spent in NVRTC.
     pub nvrtc_ms: f64,
+    /// Time the device's work waited for kernels to compile (the part of `compile_ms` that
+    /// nothing else ran beside).
+    pub wait_ms: f64,
 }
 
 impl KernelsInStep {
@@ -28,6 +31,7 @@ impl KernelsInStep {
             compile_ms: self.compile_ms - before.compile_ms,
             load_ms: self.load_ms - before.load_ms,
             nvrtc_ms: self.nvrtc_ms - before.nvrtc_ms,
+            wait_ms: self.wait_ms - before.wait_ms,
         }
     }
 }
@@ -43,10 +47,64 @@ pub fn kernel_loads(frugal_cuda: bool) -> Option<KernelsInStep> {
             compile_ms: loads.compile_nanos as f64 / 1e6,
             load_ms: loads.load_nanos as f64 / 1e6,
             nvrtc_ms: loads.nvrtc_nanos as f64 / 1e6,
+            wait_ms: loads.wait_nanos as f64 / 1e6,
         });
     }
     let _ = frugal_cuda;
     None
+}
+
+/// Waits for compiling kernels under one cause, on frugal-cuda (see `frugal_cuda::compile_waits`).
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct CompileWaitsFor {
+    /// What made the server wait (`frugal_cuda::CompileWaitCause::name`).
+    pub cause: &'static str,
+    /// How many times it waited.
+    pub waits: u64,
+    /// How long, in milliseconds.
+    pub ms: f64,
+}
+
+/// frugal-cuda's waits for compiling kernels so far in this process, one entry per cause
+/// (`None` on other runtimes).
+pub fn compile_waits(frugal_cuda: bool) -> Option<Vec<CompileWaitsFor>> {
+    #[cfg(feature = "frugal-cuda")]
+    if frugal_cuda {
+        return Some(
+            frugal_cuda::compile_waits()
+                .iter()
+                .map(|w| CompileWaitsFor {
+                    cause: w.cause.name(),
+                    waits: w.waits,
+                    ms: w.nanos as f64 / 1e6,
+                })
+                .collect(),
+        );
+    }
+    let _ = frugal_cuda;
+    None
+}
+
+/// The waits between two readings of [`compile_waits`], causes that did not wait left out,
+/// longest first.
+pub fn compile_waits_since(
+    now: &[CompileWaitsFor],
+    before: &[CompileWaitsFor],
+) -> Vec<CompileWaitsFor> {
+    let mut grown: Vec<CompileWaitsFor> = now
+        .iter()
+        .map(|w| {
+            let earlier = before.iter().find(|b| b.cause == w.cause);
+            CompileWaitsFor {
+                cause: w.cause,
+                waits: w.waits - earlier.map_or(0, |b| b.waits),
+                ms: w.ms - earlier.map_or(0.0, |b| b.ms),
+            }
+        })
+        .filter(|w| w.waits > 0)
+        .collect();
+    grown.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    grown
 }
 
 /// What frugal-cuda's allocator did during one step: a step that maps or waits more than the
@@ -237,8 +295,24 @@ mod tests {
     }
 
     #[test]
+    fn waits_since_keep_the_causes_that_waited_longest_first() {
+        let at = |sync: (u64, f64), read: (u64, f64), product: (u64, f64)| {
+            [("sync", sync), ("read", read), ("product", product)]
+                .map(|(cause, (waits, ms))| CompileWaitsFor { cause, waits, ms })
+                .to_vec()
+        };
+        let before = at((2, 10.0), (1, 5.0), (0, 0.0));
+        let now = at((2, 10.0), (4, 20.0), (3, 40.0));
+        let since = compile_waits_since(&now, &before);
+        let named: Vec<_> = since.iter().map(|w| (w.cause, w.waits)).collect();
+        assert_eq!(named, [("product", 3), ("read", 3)]);
+        assert_eq!(since[1].ms, 15.0);
+    }
+
+    #[test]
     fn the_probes_answer_nothing_off_frugal_cuda() {
         assert!(kernel_loads(false).is_none());
+        assert!(compile_waits(false).is_none());
         assert!(driver_calls(&()).is_none());
         assert!(allocator_figures(&()).is_none());
     }

@@ -328,8 +328,9 @@ pub fn step_line(
     let mut line = format!("{name}: step {step} took {elapsed:.1} ms");
     if let Some(k) = kernels {
         line += &format!(
-            " ({} kernels compiled in {:.1} ms, {} loaded from disk; {:.1} ms loading)",
-            k.compiled, k.compile_ms, k.from_disk, k.load_ms
+            " ({} kernels compiled, {:.1} ms of compile threads' time, {:.1} ms waited; {} \
+             loaded from disk; {:.1} ms loading)",
+            k.compiled, k.compile_ms, k.wait_ms, k.from_disk, k.load_ms
         );
     }
     if budget.evictions + budget.offloads > 0 {
@@ -379,6 +380,7 @@ mod tests {
             compile_ms: 1.24,
             load_ms: 0.5,
             nvrtc_ms: 1.0,
+            wait_ms: 0.81,
         };
         let driver = DriverInStep {
             misses: 7,
@@ -389,8 +391,8 @@ mod tests {
         };
         assert_eq!(
             step_line("budget-1/3", 0, 1.0, Some(kernels), &budget, Some(driver)),
-            "budget-1/3: step 0 took 1.0 ms (5 kernels compiled in 1.2 ms, 6 loaded from disk; \
-             0.5 ms loading); budget: 4 evicted, 2 recomputed, 0 offloaded, 1 room rounds; \
+            "budget-1/3: step 0 took 1.0 ms (5 kernels compiled, 1.2 ms of compile threads' \
+             time, 0.8 ms waited; 6 loaded from disk; 0.5 ms loading); budget: 4 evicted, 2 recomputed, 0 offloaded, 1 room rounds; \
              allocator: 7 misses, 1 maps of 3 MiB in 0.3 ms, 0 unmaps of 0 MiB in 0.0 ms, \
              0 waits in 0.0 ms"
         );

@@ -123,12 +123,12 @@ mod cuda;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{
-    COMPILE_THREADS_ENV, CudaDeviceMemory, DeviceUnavailable, FrugalCuda, FrugalCudaDevice,
-    FrugalCudaRuntime, FrugalCudaServer, FrugalCudaUnfused, HeldDeviceMemory, KernelLoads,
-    LaunchTimings, LaunchTotal, MemoryReport, PRECOMPILED_HEADERS_ENV, allocator_history,
-    allocator_snapshot, blas_available, check_device, clear_oom_handler, device_count,
-    hold_device_memory, kernel_loads, matmul, memory_report, nccl_available,
-    record_allocation_trace, reset_peak_memory, set_growth_limit, set_launch_timing,
-    set_memory_cap, set_oom_handler, take_launch_timings, tf32_cores, upload,
+    COMPILE_THREADS_ENV, CompileWaitCause, CompileWaits, CudaDeviceMemory, DeviceUnavailable,
+    FrugalCuda, FrugalCudaDevice, FrugalCudaRuntime, FrugalCudaServer, FrugalCudaUnfused,
+    HeldDeviceMemory, KernelLoads, LaunchTimings, LaunchTotal, MemoryReport, NVRTC_OPTIONS_ENV,
+    PRECOMPILED_HEADERS_ENV, allocator_history, allocator_snapshot, blas_available, check_device,
+    clear_oom_handler, compile_waits, device_count, hold_device_memory, kernel_loads, matmul,
+    memory_report, nccl_available, record_allocation_trace, reset_peak_memory, set_growth_limit,
+    set_launch_timing, set_memory_cap, set_oom_handler, take_launch_timings, tf32_cores, upload,
     write_allocation_trace,
 };

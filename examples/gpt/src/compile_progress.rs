@@ -19,12 +19,15 @@ pub struct KernelCounts {
     pub compiled: u64,
     /// Kernels loaded from the on-disk kernel cache instead.
     pub from_disk: u64,
-    /// Time spent generating code and compiling.
+    /// Time spent generating code and compiling, summed over the compile threads.
     pub compiling: Duration,
     /// The part of `compiling` spent in NVRTC.
     pub nvrtc: Duration,
     /// Time spent loading kernels into the device's context.
     pub loading: Duration,
+    /// Time the device's work waited for kernels to compile (less than `compiling` where
+    /// kernels compiled side by side, or beside the work queued before them).
+    pub waited: Duration,
 }
 
 impl KernelCounts {
@@ -36,6 +39,7 @@ impl KernelCounts {
             compiling: self.compiling.saturating_sub(earlier.compiling),
             nvrtc: self.nvrtc.saturating_sub(earlier.nvrtc),
             loading: self.loading.saturating_sub(earlier.loading),
+            waited: self.waited.saturating_sub(earlier.waited),
         }
     }
 }
@@ -59,6 +63,7 @@ pub fn reader<D: 'static>(device: &D) -> Option<CountsReader> {
                 compiling: Duration::from_nanos(loads.compile_nanos),
                 nvrtc: Duration::from_nanos(loads.nvrtc_nanos),
                 loading: Duration::from_nanos(loads.load_nanos),
+                waited: Duration::from_nanos(loads.wait_nanos),
             }
         });
     }
@@ -70,12 +75,14 @@ const FIRST_LINE_AFTER: Duration = Duration::from_secs(3);
 const LINE_EVERY: Duration = Duration::from_secs(10);
 
 /// Turns successive counts into progress messages: a message whenever kernels were compiled
-/// since the last look, and a "line" (for a log without a drawn bar) only after compilation
-/// has gone on for a while, then at most every ten seconds, so a warm run prints nothing.
+/// since the last look (with the seconds since the run started, the time a user has waited),
+/// and a "line" (for a log without a drawn bar) only after compilation has gone on for a
+/// while, then at most every ten seconds, so a warm run prints nothing.
 #[derive(Debug)]
 pub struct CompileMessages {
     base: KernelCounts,
     last: KernelCounts,
+    started: Instant,
     /// When compilation was first seen growing, and when a line was last printed.
     began: Option<Instant>,
     last_line: Option<Instant>,
@@ -91,11 +98,13 @@ pub struct Look {
 }
 
 impl CompileMessages {
-    /// Starts counting from `base` (what was compiled before the run).
-    pub fn new(base: KernelCounts) -> Self {
+    /// Starts counting from `base` (what was compiled before the run, which started at
+    /// `started`).
+    pub fn new(base: KernelCounts, started: Instant) -> Self {
         CompileMessages {
             base,
             last: base,
+            started,
             began: None,
             last_line: None,
         }
@@ -115,7 +124,7 @@ impl CompileMessages {
         let message = format!(
             "compiling kernels: {} done, {:.0} s",
             run.compiled,
-            run.compiling.as_secs_f64()
+            at.saturating_duration_since(self.started).as_secs_f64()
         );
         let line_due = match self.last_line {
             None => at.duration_since(began) >= FIRST_LINE_AFTER,
@@ -151,7 +160,7 @@ impl CompileWatch {
             std::thread::Builder::new()
                 .name("gpt-compile-progress".into())
                 .spawn(move || {
-                    let mut messages = CompileMessages::new(read());
+                    let mut messages = CompileMessages::new(read(), Instant::now());
                     while !stop.load(Relaxed) {
                         std::thread::park_timeout(LOOK_EVERY);
                         let look = messages.look(read(), Instant::now());
@@ -180,14 +189,14 @@ impl Drop for CompileWatch {
 }
 
 /// The closing report's line: what the run compiled and loaded, and how much of the run's
-/// first step (its wall time in ms, and what compiled while it ran) compilation took.
+/// first step (its wall time in ms, and what compiled while it ran) waited for compilation.
 pub fn summary(run: &KernelCounts, first_step: Option<(f64, KernelCounts)>) -> Option<String> {
     if run.compiled == 0 && run.from_disk == 0 {
         return None;
     }
     let mut line = format!(
-        "kernels: {} compiled in {:.1} s ({:.1} s of it in NVRTC), {} loaded from the kernel \
-         cache, {:.1} s loading",
+        "kernels: {} compiled ({:.1} s of compile threads' time, {:.1} s of it in NVRTC), {} \
+         loaded from the kernel cache, {:.1} s loading",
         run.compiled,
         run.compiling.as_secs_f64(),
         run.nvrtc.as_secs_f64(),
@@ -195,13 +204,14 @@ pub fn summary(run: &KernelCounts, first_step: Option<(f64, KernelCounts)>) -> O
         run.loading.as_secs_f64()
     );
     if let Some((first_ms, during)) = first_step.filter(|(_, during)| during.compiled > 0) {
-        let compiling = during.compiling.as_secs_f64();
+        let waited = during.waited.as_secs_f64();
         let first = first_ms / 1e3;
         line.push_str(&format!(
-            "; first step {first:.1} s: {} kernels compiled in {compiling:.1} s, {:.1} s \
+            "; first step {first:.1} s: {:.1} s waiting for its {} kernels to compile, {:.1} s \
              the rest (autotune trials, the step itself)",
+            waited,
             during.compiled,
-            (first - compiling).max(0.0)
+            (first - waited).max(0.0)
         ));
     }
     Some(line)
@@ -214,17 +224,15 @@ mod tests {
     fn counts(compiled: u64, compiling_s: u64) -> KernelCounts {
         KernelCounts {
             compiled,
-            from_disk: 0,
             compiling: Duration::from_secs(compiling_s),
-            nvrtc: Duration::ZERO,
-            loading: Duration::ZERO,
+            ..KernelCounts::default()
         }
     }
 
     #[test]
     fn nothing_compiled_shows_nothing() {
         let start = Instant::now();
-        let mut messages = CompileMessages::new(counts(5, 2));
+        let mut messages = CompileMessages::new(counts(5, 2), start);
         for tick in 0..100 {
             let look = messages.look(counts(5, 2), start + Duration::from_secs(tick));
             assert_eq!(look.message, None);
@@ -236,15 +244,15 @@ mod tests {
     fn messages_count_from_the_runs_start_and_lines_wait_then_space_out() {
         let start = Instant::now();
         let at = |s: u64| start + Duration::from_secs(s);
-        let mut messages = CompileMessages::new(counts(10, 4));
-        let look = messages.look(counts(12, 5), at(0));
+        let mut messages = CompileMessages::new(counts(10, 4), at(0));
+        let look = messages.look(counts(12, 5), at(1));
         assert_eq!(
             look.message.as_deref(),
             Some("compiling kernels: 2 done, 1 s")
         );
         assert!(!look.line_due, "a short burst prints no line");
         assert!(messages.look(counts(13, 6), at(2)).message.is_some());
-        assert!(messages.look(counts(14, 7), at(3)).line_due);
+        assert!(messages.look(counts(14, 7), at(4)).line_due);
         let look = messages.look(counts(20, 9), at(8));
         assert!(look.message.is_some() && !look.line_due);
         // No growth: no message, even when a line would be due.
@@ -252,7 +260,7 @@ mod tests {
         let look = messages.look(counts(25, 12), at(21));
         assert_eq!(
             look.message.as_deref(),
-            Some("compiling kernels: 15 done, 8 s")
+            Some("compiling kernels: 15 done, 21 s")
         );
         assert!(look.line_due);
     }
@@ -272,18 +280,20 @@ mod tests {
             compiling: Duration::from_millis(80_500),
             nvrtc: Duration::from_millis(61_200),
             loading: Duration::from_millis(400),
+            waited: Duration::from_millis(31_000),
         };
         let during = KernelCounts {
             compiled: 150,
             compiling: Duration::from_millis(78_000),
+            waited: Duration::from_millis(30_100),
             ..run
         };
         assert_eq!(
             summary(&run, Some((88_600.0, during))).unwrap(),
-            "kernels: 161 compiled in 80.5 s (61.2 s of it in NVRTC), 3 loaded from the kernel \
-             cache, 0.4 s loading; \
-             first step 88.6 s: 150 kernels compiled in 78.0 s, 10.6 s the rest (autotune \
-             trials, the step itself)"
+            "kernels: 161 compiled (80.5 s of compile threads' time, 61.2 s of it in NVRTC), 3 \
+             loaded from the kernel cache, 0.4 s loading; \
+             first step 88.6 s: 30.1 s waiting for its 150 kernels to compile, 58.5 s the rest \
+             (autotune trials, the step itself)"
         );
         let warm = KernelCounts {
             compiled: 0,

@@ -32,6 +32,7 @@ use cubecl_runtime::timestamp_profiler::TimestampProfiler;
 use cubecl_runtime::validation::{validate_cube_dim, validate_units};
 use cudarc::driver::sys::{CUctx_st, CUfunc_st, CUfunction_attribute, CUstream, CUtensorMap};
 
+use super::compile_waits::{CompileWaitCause, count_compile_wait, total_wait_nanos};
 use crate::kernel_cache::{KernelCache, KernelKey};
 
 /// Kernels this process compiled with NVRTC, on every device.
@@ -63,6 +64,10 @@ pub struct KernelLoads {
     /// Time spent loading kernels into the context, in nanoseconds (a cubin loads as it is; a
     /// PTX image is compiled for the device by the driver first).
     pub load_nanos: u64,
+    /// Time the servers waited for kernels to compile before launching them, in nanoseconds:
+    /// the part of `compile_nanos` the work on the stream could not go on beside (by cause:
+    /// [`crate::compile_waits`]).
+    pub wait_nanos: u64,
 }
 
 /// The kernels this process has compiled or loaded from the disk cache so far.
@@ -73,6 +78,7 @@ pub fn kernel_loads() -> KernelLoads {
         compile_nanos: COMPILE_NANOS.load(Relaxed),
         nvrtc_nanos: NVRTC_NANOS.load(Relaxed),
         load_nanos: LOAD_NANOS.load(Relaxed),
+        wait_nanos: total_wait_nanos(),
     }
 }
 
@@ -147,7 +153,12 @@ impl KernelContext {
     ) -> Result<(), LaunchError> {
         match self.prepare(kernel_id, kernel, mode, logger)? {
             Prepared::Loaded => Ok(()),
-            Prepared::Job(job) => self.finish(job.run()?),
+            Prepared::Job(job) => {
+                let started = Instant::now();
+                let image = job.run();
+                count_compile_wait(CompileWaitCause::Launch, started.elapsed());
+                self.finish(image?)
+            }
         }
     }
 
@@ -173,10 +184,11 @@ impl KernelContext {
         let include_option = format!("--include-path={}", include.display());
         let cccl = cubecl_cuda::install::cccl_include_path();
         let cccl_option = format!("--include-path={}", cccl.display());
-        let mut options = vec![arch, include_option, "-lineinfo".to_string()];
+        let mut options = vec![arch, include_option];
         if cccl.exists() {
             options.push(cccl_option);
         }
+        options.extend(nvrtc_options().iter().cloned());
 
         // Keyed before code generation, as CubeCL's own PTX cache is (the kernel id's stable
         // hash names the kernel and every setting that changes its code): a hit skips both
@@ -342,6 +354,25 @@ const PRECOMPILED_HEADERS: &str = "--pch";
 /// Set to `off` to compile every kernel without precompiled headers (should NVRTC misbehave
 /// with them).
 pub const PRECOMPILED_HEADERS_ENV: &str = "FRUGAL_CUDA_NVRTC_PCH";
+
+/// Environment variable: the NVRTC options after the architecture and the include paths,
+/// separated by spaces (default `-lineinfo`, as cubecl-cuda compiles). They are part of the
+/// kernel cache's key. `--Ofast-compile=max`, for one, trades kernel speed for compile time.
+pub const NVRTC_OPTIONS_ENV: &str = "FRUGAL_CUDA_NVRTC_OPTIONS";
+
+/// The options [`NVRTC_OPTIONS_ENV`] sets, read once.
+fn nvrtc_options() -> &'static [String] {
+    static OPTIONS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    OPTIONS.get_or_init(|| parse_nvrtc_options(std::env::var(NVRTC_OPTIONS_ENV).ok().as_deref()))
+}
+
+/// The options in `setting` (unset: `-lineinfo`; set and blank: none).
+fn parse_nvrtc_options(setting: Option<&str>) -> Vec<String> {
+    match setting {
+        None => vec!["-lineinfo".to_string()],
+        Some(text) => text.split_whitespace().map(str::to_string).collect(),
+    }
+}
 
 /// The NVRTC and driver in use.
 #[derive(Clone, Copy, Debug)]
@@ -584,6 +615,16 @@ impl CompileJob {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nvrtc_options_default_to_line_info_and_a_setting_replaces_them() {
+        assert_eq!(parse_nvrtc_options(None), ["-lineinfo"]);
+        assert!(parse_nvrtc_options(Some("  ")).is_empty());
+        assert_eq!(
+            parse_nvrtc_options(Some("--Ofast-compile=max  -lineinfo")),
+            ["--Ofast-compile=max", "-lineinfo"]
+        );
+    }
 
     #[test]
     fn a_cached_kernel_keeps_a_cubin_byte_for_byte_and_refuses_a_cut_entry() {

@@ -22,6 +22,7 @@
 
 mod blas;
 mod compile_pool;
+mod compile_waits;
 mod compiler;
 mod hold;
 mod init;
@@ -32,7 +33,8 @@ mod tma;
 
 pub use blas::blas_available;
 pub use compile_pool::COMPILE_THREADS_ENV;
-pub use compiler::{KernelLoads, PRECOMPILED_HEADERS_ENV, kernel_loads};
+pub use compile_waits::{CompileWaitCause, CompileWaits, compile_waits};
+pub use compiler::{KernelLoads, NVRTC_OPTIONS_ENV, PRECOMPILED_HEADERS_ENV, kernel_loads};
 pub use hold::{HeldDeviceMemory, hold_device_memory};
 pub use launch_timing::{LaunchTimings, LaunchTotal};
 pub use memory::CudaDeviceMemory;

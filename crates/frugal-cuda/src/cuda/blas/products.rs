@@ -10,6 +10,7 @@ use cubecl_core::server::{Binding, ServerError};
 
 use super::{BlasLt, GemmBuffers};
 use crate::cuda::FrugalCudaServer;
+use crate::cuda::compile_waits::CompileWaitCause;
 use crate::gemm::{GemmError, GemmShape};
 
 impl FrugalCudaServer {
@@ -25,7 +26,7 @@ impl FrugalCudaServer {
         rhs: Binding,
         out: Binding,
     ) -> Result<(), GemmError> {
-        self.enter();
+        self.enter(CompileWaitCause::Product);
         let mut blas = match self.blas.take() {
             Some(Ok(blas)) => blas,
             Some(Err(e)) => {

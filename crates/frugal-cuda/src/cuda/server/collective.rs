@@ -48,6 +48,7 @@ use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
 
 use super::FrugalCudaServer;
 use super::fence::Fence;
+use crate::cuda::compile_waits::CompileWaitCause;
 
 /// A server's side of the collectives: its device, the collective stream, the communicators and
 /// the buffers of operations that may still be running.
@@ -379,7 +380,7 @@ impl ServerCommunication for FrugalCudaServer {
     const SERVER_COMM_ENABLED: bool = cfg!(feature = "distributed");
 
     fn comm_init(&mut self, device_ids: Vec<DeviceId>) -> Result<(), ServerError> {
-        self.enter();
+        self.enter(CompileWaitCause::Collective);
         let id = CommunicationId::from(device_ids.clone());
         if self.collective.communicators.contains_key(&id) {
             return Ok(());
@@ -428,7 +429,7 @@ impl ServerCommunication for FrugalCudaServer {
         op: ReduceOperation,
         device_ids: Vec<DeviceId>,
     ) -> Result<(), ServerError> {
-        self.enter();
+        self.enter(CompileWaitCause::Collective);
         self.release_collectives();
         let comm = self.communicator(&device_ids)?;
         let source = self
@@ -466,7 +467,7 @@ impl ServerCommunication for FrugalCudaServer {
     }
 
     fn sync_collective(&mut self, _stream_id: StreamId) -> Result<(), ServerError> {
-        self.enter();
+        self.enter(CompileWaitCause::Collective);
         Fence::new(self.collective.stream).wait_async(self.stream);
         // Whatever is queued from now on, on either stream, runs after the queued collectives,
         // so their blocks may be reused at once.
@@ -485,7 +486,7 @@ impl ServerCommunication for FrugalCudaServer {
         _stream_id: StreamId,
         device_id_dst: DeviceId,
     ) -> Result<(), ServerError> {
-        self.enter();
+        self.enter(CompileWaitCause::Collective);
         self.release_collectives();
         let bytes = sent_bytes(&desc).map_err(|e| self.collective_error(e))?;
         let (comm, peer) = self.pair(device_id_dst)?;
@@ -523,7 +524,7 @@ impl ServerCommunication for FrugalCudaServer {
         _stream_id: StreamId,
         device_id_src: DeviceId,
     ) -> Result<(), ServerError> {
-        self.enter();
+        self.enter(CompileWaitCause::Collective);
         self.release_collectives();
         let (comm, peer) = self.pair(device_id_src)?;
         // The client made the handle; its memory is allocated here, as `initialize_memory`

@@ -12,6 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
 
 use cubecl_common::backtrace::BackTrace;
 use cubecl_core::prelude::*;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use super::FrugalCudaServer;
 use super::fence::Fence;
 use crate::cuda::compile_pool::{CompilePool, CompileResult};
+use crate::cuda::compile_waits::{CompileWaitCause, count_compile_wait};
 use crate::cuda::compiler::Prepared;
 
 /// Deferred launches at most; one more waits for the kernels before it.
@@ -125,12 +127,12 @@ impl FrugalCudaServer {
     pub(super) fn defer(&mut self, launch: DeferredLaunch) {
         self.deferred.launches.push_back(launch);
         let full = self.deferred.launches.len() > MAX_DEFERRED;
-        self.launch_deferred(full);
+        self.launch_deferred(full.then_some(CompileWaitCause::QueueFull));
     }
 
-    /// Launches the deferred launches in order while their kernels are loaded; with `wait`,
-    /// waits for each kernel still compiling, so that none is left.
-    pub(super) fn launch_deferred(&mut self, wait: bool) {
+    /// Launches the deferred launches in order while their kernels are loaded; with `wait`
+    /// (what needs them launched), waits for each kernel still compiling, so that none is left.
+    pub(super) fn launch_deferred(&mut self, wait: Option<CompileWaitCause>) {
         while let Some(front) = self.deferred.launches.front() {
             if !self.ctx.is_loaded(&front.kernel_id) {
                 let id = front.kernel_id.clone();
@@ -139,8 +141,11 @@ impl FrugalCudaServer {
                     self.deferred.launches.pop_front();
                     continue;
                 };
-                let compiled = if wait {
-                    result.recv().map_err(|_| lost_compile(&id))
+                let compiled = if let Some(cause) = wait {
+                    let started = Instant::now();
+                    let compiled = result.recv().map_err(|_| lost_compile(&id));
+                    count_compile_wait(cause, started.elapsed());
+                    compiled
                 } else {
                     match result.try_recv() {
                         Ok(compiled) => Ok(compiled),

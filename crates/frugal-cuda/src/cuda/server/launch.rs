@@ -16,6 +16,7 @@ use cudarc::driver::sys::CUtensorMap;
 
 use super::FrugalCudaServer;
 use super::deferred::DeferredLaunch;
+use crate::cuda::compile_waits::CompileWaitCause;
 use crate::cuda::tma;
 use crate::launch_metadata::{self, Placement};
 
@@ -67,7 +68,7 @@ impl FrugalCudaServer {
             // CUDA has no indirect dispatch: read the three counts back (as cubecl-cuda does).
             CubeCount::Dynamic(binding) => {
                 // The counts may come from a launch still deferred.
-                self.launch_deferred(true);
+                self.launch_deferred(Some(CompileWaitCause::DynamicCount));
                 let data = future::block_on(self.read_async(vec![CopyDescriptor::new(
                     binding,
                     [3].into(),
@@ -121,12 +122,12 @@ impl FrugalCudaServer {
             let address = self.resource(map.binding.clone())?.ptr;
             tensor_maps.push(tma::encode(&map.map, address)?);
         }
-        if let Some(binding) = info_binding.clone() {
-            resources.push(self.resource(binding)?);
-        }
 
         let ready = self.prepare_kernel(&kernel_id, kernel, mode, logger)?;
         if ready && self.deferred.is_empty() {
+            if let Some(binding) = info_binding {
+                resources.push(self.resource(binding)?);
+            }
             let buffers = resources.iter().map(|r| r.binding);
             self.launch_loaded(
                 &kernel_id,
@@ -137,6 +138,10 @@ impl FrugalCudaServer {
                 const_info,
             );
         } else {
+            // Held until the launch, like the arguments.
+            if let Some(binding) = &info_binding {
+                resources.push(self.resource(binding.clone())?);
+            }
             // The binding slots cycle, so the deferred launch keeps the addresses themselves.
             self.defer(DeferredLaunch {
                 kernel_id,

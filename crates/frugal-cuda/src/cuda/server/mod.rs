@@ -55,6 +55,7 @@ use cubecl_runtime::storage::ManagedResource;
 use cudarc::driver::sys::CUstream;
 
 use super::blas::BlasLt;
+use super::compile_waits::CompileWaitCause;
 use super::compiler::KernelContext;
 use super::launch_timing::LaunchTimer;
 use super::memory::{CudaDeviceMemory, PinnedStorage};
@@ -161,11 +162,12 @@ impl FrugalCudaServer {
 
     /// Called first by every entry point that touches the stream or hands memory out (the
     /// products' and collectives' too): as [`Self::enter_queuing`], then every deferred launch
-    /// goes to the stream, so that what follows comes after it.
-    pub(super) fn enter(&mut self) {
+    /// goes to the stream, so that what follows comes after it; a wait for their kernels is
+    /// counted under `cause`.
+    pub(super) fn enter(&mut self, cause: CompileWaitCause) {
         self.enter_queuing();
         if !self.deferred.is_empty() {
-            self.launch_deferred(true);
+            self.launch_deferred(Some(cause));
         }
     }
 
@@ -219,7 +221,7 @@ impl FrugalCudaServer {
         let mut reserved = self.memory.reserve(size);
         if reserved.is_err() && !self.deferred.is_empty() {
             // Deferred launches hold the memory of tensors dropped since: launched, it can go.
-            self.launch_deferred(true);
+            self.launch_deferred(Some(CompileWaitCause::Memory));
             self.memory.storage().allocator_mut().flush();
             reserved = self.memory.reserve(size);
         }
@@ -305,7 +307,7 @@ impl ComputeServer for FrugalCudaServer {
         descriptors: Vec<CopyDescriptor>,
         _stream_id: StreamId,
     ) -> DynFut<Result<Vec<Bytes>, ServerError>> {
-        self.enter();
+        self.enter(CompileWaitCause::Read);
         if let Err(e) = self.take_errors() {
             return Box::pin(async move { Err(e) });
         }
@@ -313,7 +315,7 @@ impl ComputeServer for FrugalCudaServer {
     }
 
     fn write(&mut self, descriptors: Vec<(CopyDescriptor, Bytes)>, _stream_id: StreamId) {
-        self.enter();
+        self.enter(CompileWaitCause::Write);
         for (descriptor, data) in descriptors {
             if let Err(e) = self.write_to_device(descriptor, data) {
                 self.record(e.into());
@@ -323,7 +325,7 @@ impl ComputeServer for FrugalCudaServer {
     }
 
     fn sync(&mut self, _stream_id: StreamId) -> DynFut<Result<(), ServerError>> {
-        self.enter();
+        self.enter(CompileWaitCause::Sync);
         self.release_collectives();
         if let Err(e) = self.take_errors() {
             return Box::pin(async move { Err(e) });
@@ -339,7 +341,7 @@ impl ComputeServer for FrugalCudaServer {
         binding: Binding,
         _stream_id: StreamId,
     ) -> Result<ManagedResource<DeviceResource>, ServerError> {
-        self.enter();
+        self.enter(CompileWaitCause::Resource);
         let memory = binding.memory.clone();
         let resource = self.resource(binding)?;
         Ok(ManagedResource::new(memory, resource))
@@ -360,7 +362,7 @@ impl ComputeServer for FrugalCudaServer {
     }
 
     fn flush(&mut self, _stream_id: StreamId) -> Result<(), ServerError> {
-        self.enter();
+        self.enter(CompileWaitCause::Flush);
         self.take_errors()?;
         self.release_collectives();
         let stream = self.stream;
@@ -375,7 +377,7 @@ impl ComputeServer for FrugalCudaServer {
     }
 
     fn memory_cleanup(&mut self, _stream_id: StreamId) {
-        self.enter();
+        self.enter(CompileWaitCause::Memory);
         if let Err(e) = self.memory.cleanup() {
             self.errors.push(ServerError::Generic {
                 reason: format!("frugal-cuda: memory cleanup failed: {e}"),
@@ -386,6 +388,7 @@ impl ComputeServer for FrugalCudaServer {
     }
 
     fn start_profile(&mut self, stream_id: StreamId) -> Result<ProfilingToken, ServerError> {
+        self.enter(CompileWaitCause::Profile);
         future::block_on(self.sync(stream_id))?;
         Ok(self.ctx.timestamps.start())
     }
@@ -395,6 +398,7 @@ impl ComputeServer for FrugalCudaServer {
         stream_id: StreamId,
         token: ProfilingToken,
     ) -> Result<ProfileDuration, ProfileError> {
+        self.enter(CompileWaitCause::Profile);
         if let Err(e) = future::block_on(self.sync(stream_id)) {
             self.ctx.timestamps.error(ProfileError::Server(Box::new(e)));
         }
