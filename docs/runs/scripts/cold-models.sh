@@ -3,12 +3,13 @@
 # folder and home directory, so each starts with empty caches (frugal-cuda's kernel cache,
 # CubeCL's autotune cache under the working directory's target/, the driver's in ~/.nv).
 # Arguments: tag:limit_s:env:flags (env: NAME=VALUE,... or empty). Staged in .gpu/:
-# burn-nn-models.xz, lib.sh.
+# burn-nn-models.xz, lib.sh. BIN names another build of it (default burn-nn-models).
 set -u
 cd "$(dirname "$0")"
 unxz() { python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" $1.xz $1 && chmod +x $1; }
-[ -x burn-nn-models ] || unxz burn-nn-models
-B=$(pwd)/burn-nn-models
+BIN=${BIN:-burn-nn-models}
+[ -x $BIN ] || unxz $BIN
+B=$(pwd)/$BIN
 R=$OUT/cold; mkdir -p $R
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $R/gpu.txt
 for spec in "$@"; do

@@ -11,11 +11,8 @@ bash cold-models.sh \
   "encoder:50::--model encoder --steps 8" \
   "resnet-auto:160::--model resnet --steps 6"
 bash cold.sh "gpt:60::"
-R=$OUT/anchors; mkdir -p $R
 . ./lib.sh 2>/dev/null
-one torch_gpt 90 python3 torch_gpt.py --configs fp32_math
-one torch_best 110 python3 torch_best.py --configs bf16_compile_amb20
-grep -ho '"step_ms_median": [0-9.]*' $R/torch_*.out
+anchors 90 110
 for f in $OUT/cold/*.err; do echo "== $f"; grep "first step:" $f; done
 grep -h "first step" $OUT/cold-gpt.out
 for f in $OUT/cold/*.out; do python3 -c "

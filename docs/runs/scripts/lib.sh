@@ -14,3 +14,9 @@ unxz_bins() {
 one() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
   timeout $limit "$@" > $R/$name.out 2> $R/$name.err
   echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a $R/summary.txt; }
+# anchors [LIMIT_EAGER [LIMIT_COMPILE]]: PyTorch eager fp32_math and torch.compile with its
+# activation memory budget, each in its own process, into $OUT/anchors; prints their medians.
+anchors() { R=$OUT/anchors; mkdir -p $R
+  one torch_gpt ${1:-60} python3 torch_gpt.py --configs fp32_math
+  one torch_best ${2:-90} python3 torch_best.py --configs bf16_compile_amb20
+  grep -ho '"step_ms_median": [0-9.]*' $R/torch_*.out; }

@@ -15,11 +15,8 @@ bash cold-models.sh \
   "resnet-one-ofc-max:100:$O=--Ofast-compile=max:--model resnet --steps 12 --conv one-kernel"
 bash cold.sh "gpt:60::" "gpt-noline:60:$O=:" "gpt-ofc-mid:60:$O=--Ofast-compile=mid:" \
   "gpt-ofc-max:60:$O=--Ofast-compile=max:"
-R=$OUT/anchors; mkdir -p $R
 . ./lib.sh 2>/dev/null
-one torch_gpt 60 python3 torch_gpt.py --configs fp32_math
-one torch_best 90 python3 torch_best.py --configs bf16_compile_amb20
-grep -ho '"step_ms_median": [0-9.]*' $R/torch_*.out
+anchors 60 90
 grep -h "first step:" $OUT/cold/*.err
 for f in $OUT/cold-gpt*-steps.json; do python3 -c "
 import json,sys,statistics; d=json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-1], 'first %.0f ms' % d[0]['step_ms'], 'median of steps 6+ %.2f ms' % statistics.median(x['step_ms'] for x in d[6:]), 'loss', d[-1]['loss'])" $f; done

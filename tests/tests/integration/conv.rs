@@ -1,8 +1,9 @@
 //! 2D convolutions under `Autodiff<Frugal<_>>` on wgpu, with Burn's fusion (`Wgpu`) and
 //! without (`CubeBackend<WgpuRuntime>`): one kernel a pass (`ConvAlgorithm::OneKernel`, a
 //! custom operation under fusion) against the inner backend's own convolution
-//! (`ConvAlgorithm::Autotune`), on a strided, padded, dilated and grouped convolution with a
-//! bias. The output and the gradients of the input, weight and bias agree within the rounding
+//! (`ConvAlgorithm::Autotune`), on a strided, padded, dilated convolution with a bias, grouped
+//! (burn-cubecl's fallback for the data pass) and not (a unit-stride pass on the spread
+//! gradient, with rows of zeros after the last strided one). The output and the gradients of the input, weight and bias agree within the rounding
 //! of another order of additions, and the counters show that every pass ran through Frugal.
 //!
 //! Tolerance (f32): `1e-5 + 1e-4 * |want|` per element.
@@ -26,17 +27,43 @@ impl Drop for Reset {
     }
 }
 
+/// A convolution's shape: groups, stride, padding and dilation.
+#[derive(Clone, Copy)]
+struct Case {
+    groups: usize,
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+}
+
+/// x `[3, 4, 9, 8]` into 6 channels in 2 groups, kernel 3 × 2, stride [2, 1].
+const GROUPED: Case = Case {
+    groups: 2,
+    stride: [2, 1],
+    padding: [1, 1],
+    dilation: [1, 2],
+};
+
+/// Ungrouped, strided on both axes; on the second the last strided column (4) falls short of
+/// the unit-stride output's 6 columns.
+const STRIDED: Case = Case {
+    groups: 1,
+    stride: [2, 2],
+    padding: [1, 0],
+    dilation: [1, 2],
+};
+
 /// The convolution's output and the gradients of x, the weight and the bias, flattened, for
-/// a random upstream gradient: x `[3, 4, 9, 8]` into 6 channels in 2 groups, kernel 3 × 2,
-/// stride [2, 1], padding [1, 1], dilation [1, 2].
-fn conv_and_grads<B: AutodiffBackend>() -> [Vec<f32>; 4] {
+/// a random upstream gradient: x `[3, 4, 9, 8]` into 6 channels, kernel 3 × 2.
+fn conv_and_grads<B: AutodiffBackend>(case: Case) -> [Vec<f32>; 4] {
     let device = Default::default();
     B::seed(&device, 5);
+    let [ph, pw] = case.padding;
     let conv = Conv2dConfig::new([4, 6], [3, 2])
-        .with_stride([2, 1])
-        .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
-        .with_dilation([1, 2])
-        .with_groups(2)
+        .with_stride(case.stride)
+        .with_padding(PaddingConfig2d::Explicit(ph, pw, ph, pw))
+        .with_dilation(case.dilation)
+        .with_groups(case.groups)
         .init::<B>(&device);
     let x = Tensor::<B, 4>::random([3, 4, 9, 8], Distribution::Uniform(-1.0, 1.0), &device)
         .require_grad();
@@ -58,17 +85,17 @@ fn conv_and_grads<B: AutodiffBackend>() -> [Vec<f32>; 4] {
     ]
 }
 
-fn check<B: Backend>(name: &str) {
+fn check<B: Backend>(name: &str, case: Case) {
     kernels::set_conv_algorithm(ConvAlgorithm::Autotune);
     let before = kernels::stats().conv_passes;
-    let want = conv_and_grads::<Autodiff<Frugal<B>>>();
+    let want = conv_and_grads::<Autodiff<Frugal<B>>>(case);
     assert_eq!(
         kernels::stats().conv_passes,
         before,
         "{name}: Burn's own convolution ran"
     );
     kernels::set_conv_algorithm(ConvAlgorithm::OneKernel);
-    let got = conv_and_grads::<Autodiff<Frugal<B>>>();
+    let got = conv_and_grads::<Autodiff<Frugal<B>>>(case);
     let ran = kernels::stats().conv_passes - before;
     assert_eq!(
         ran, 3,
@@ -95,6 +122,8 @@ fn check<B: Backend>(name: &str) {
 fn one_kernel_a_pass_gives_burns_convolution_fused_or_not() {
     let _serial = serial();
     let _reset = Reset;
-    check::<Wgpu>("fused");
-    check::<Unfused>("unfused");
+    check::<Wgpu>("fused, grouped", GROUPED);
+    check::<Unfused>("unfused, grouped", GROUPED);
+    check::<Wgpu>("fused, strided", STRIDED);
+    check::<Unfused>("unfused, strided", STRIDED);
 }

@@ -1,7 +1,9 @@
 //! The CubeCL side of a 2D convolution under [`super::ConvAlgorithm::OneKernel`]: the passes'
 //! shapes and their launches through burn-cubecl's own convolution kernels with a fixed
 //! strategy (implicit GEMM where it takes the problem, else the direct kernel), run through
-//! the generic custom operation of [`super::custom`].
+//! the generic custom operation of [`super::custom`]. A strided pass's data gradient is the
+//! unit-stride pass's on the output gradient spread out with zeros, so it too takes one GEMM
+//! kernel (and one slice assignment) instead of burn-cubecl's autotuned transposed convolution.
 //!
 //! Burn's default strategy autotunes every pass of every new shape: it compiles and times
 //! each of 8 forward, 6 data-gradient and 7 weight-gradient candidates, most of them
@@ -11,14 +13,15 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use burn_backend::ops::ConvOptions;
+use burn_backend::ops::FloatTensorOps;
 use burn_backend::ops::conv::calculate_conv_output_size;
-use burn_backend::{DType, Shape};
+use burn_backend::{DType, Shape, Slice};
 use burn_cubecl::kernel::conv::{
     ConvStrategy, conv_data_backward, conv_forward, conv_weight_backward,
 };
 use burn_cubecl::{CubeRuntime, tensor::CubeTensor};
 
-use super::cube::kernel_dtype;
+use super::cube::{Cube, kernel_dtype};
 use super::custom::CubeCall;
 use super::{CONV_FALLBACKS, CONV_PASSES};
 
@@ -124,13 +127,23 @@ impl CubeCall for ConvCall {
                     options,
                     strategy,
                 ),
-                ConvPass::Data { x_shape } => conv_data_backward::<R, 2>(
-                    inputs[0].clone(),
-                    inputs[1].clone(),
-                    x_shape.clone(),
-                    options,
-                    strategy,
-                ),
+                ConvPass::Data { x_shape } => {
+                    // burn-cubecl's implicit GEMM takes only unit strides and hands others to
+                    // its transposed convolution, whose autotune times two kernels and, for
+                    // its im2col candidate, every matrix product kernel (about twenty, each
+                    // compiled first); the gradient spread out on the unit-stride grid gives
+                    // the same result from one GEMM kernel.
+                    let (output_grad, options) =
+                        spread_for_unit_stride(&inputs[0], &inputs[1], x_shape, &options)
+                            .unwrap_or_else(|| (inputs[0].clone(), options));
+                    conv_data_backward::<R, 2>(
+                        output_grad,
+                        inputs[1].clone(),
+                        x_shape.clone(),
+                        options,
+                        strategy,
+                    )
+                }
                 ConvPass::Weight { weight_shape } => conv_weight_backward::<R, 2>(
                     inputs[0].clone(),
                     inputs[1].clone(),
@@ -150,4 +163,49 @@ impl CubeCall for ConvCall {
         CONV_PASSES.fetch_add(1, Relaxed);
         Some(vec![out])
     }
+}
+
+/// For a strided, ungrouped convolution, the output's gradient spread onto the grid of the
+/// same convolution at stride 1 (each value at `stride × index`, zeros between and after), and
+/// that convolution's options: its data gradient is the strided one's, since every output
+/// position of the strided convolution is the stride-1 convolution's at `stride × index`, and
+/// the others have zero gradient. `None` for unit strides or groups (nothing to gain: unit
+/// strides already take one kernel; grouped passes go to burn-cubecl's fallback either way).
+fn spread_for_unit_stride<R: CubeRuntime>(
+    output_grad: &CubeTensor<R>,
+    weight: &CubeTensor<R>,
+    x_shape: &Shape,
+    options: &ConvOptions<2>,
+) -> Option<(CubeTensor<R>, ConvOptions<2>)> {
+    if options.groups != 1 || options.stride.iter().all(|&s| s == 1) {
+        return None;
+    }
+    let grad_shape = output_grad.meta.shape();
+    let weight_shape = weight.meta.shape();
+    let mut spread_shape = [grad_shape[0], grad_shape[1], 0, 0];
+    let mut slices = vec![Slice::full(), Slice::full()];
+    for axis in 0..2 {
+        let (stride, rows) = (options.stride[axis], grad_shape[2 + axis]);
+        let reach = options.dilation[axis] * weight_shape[2 + axis].checked_sub(1)?;
+        let unit_rows = (x_shape[2 + axis] + 2 * options.padding[axis]).checked_sub(reach)?;
+        let last = stride * rows.checked_sub(1)?;
+        if last >= unit_rows {
+            return None;
+        }
+        spread_shape[2 + axis] = unit_rows;
+        slices.push(Slice::new(0, Some(last as isize + 1), stride as isize));
+    }
+    let spread = burn_cubecl::ops::numeric::zeros_client(
+        output_grad.client.clone(),
+        output_grad.device.clone(),
+        Shape::new(spread_shape),
+        output_grad.dtype,
+    );
+    let spread = <Cube<R> as FloatTensorOps<Cube<R>>>::float_slice_assign(
+        spread,
+        &slices,
+        output_grad.clone(),
+    );
+    let unit = ConvOptions::new([1, 1], options.padding, options.dilation, 1);
+    Some((spread, unit))
 }

@@ -795,7 +795,8 @@ pub enum ConvAlgorithm {
     #[default]
     Autotune,
     /// One kernel a pass: burn-cubecl's implicit GEMM on tensor cores where it takes the
-    /// problem, else its direct kernel. A new shape compiles one kernel a pass.
+    /// problem (a strided data gradient as a unit-stride one on the gradient spread out with
+    /// zeros), else its direct kernel. A new shape compiles one kernel a pass.
     OneKernel,
 }
 
