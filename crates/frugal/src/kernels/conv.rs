@@ -132,10 +132,13 @@ impl CubeCall for ConvCall {
                     // its transposed convolution, whose autotune times two kernels and, for
                     // its im2col candidate, every matrix product kernel (about twenty, each
                     // compiled first); the gradient spread out on the unit-stride grid gives
-                    // the same result from one GEMM kernel.
+                    // the same result from one GEMM kernel. The direct kernel takes strides
+                    // as they are, so its fallback gets the gradient unspread.
+                    let spread = matches!(strategy, ConvStrategy::ImplicitGemm)
+                        .then(|| spread_for_unit_stride(&inputs[0], &inputs[1], x_shape, &options))
+                        .flatten();
                     let (output_grad, options) =
-                        spread_for_unit_stride(&inputs[0], &inputs[1], x_shape, &options)
-                            .unwrap_or_else(|| (inputs[0].clone(), options));
+                        spread.unwrap_or_else(|| (inputs[0].clone(), options));
                     conv_data_backward::<R, 2>(
                         output_grad,
                         inputs[1].clone(),

@@ -859,6 +859,8 @@ fn conv_pass<B: Backend>(
 }
 
 /// Which convolution pass [`conv_pass`] runs, with the shape it makes for the gradients.
+// Without a CubeCL runtime no kernel reads the shapes.
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
 enum ConvPassKind {
     Forward,
     Data(burn_backend::Shape),
