@@ -2,7 +2,8 @@
 //! modules as a Burn user writes them: a `TransformerEncoder` as it comes (written-out
 //! attention, dropout, post-norm), a ResNet with `BatchNorm`, and a two-layer `Lstm` language
 //! model. Each trains with AdamW on `Autodiff<Frugal<B>>`; the only Frugal call is
-//! `frugal::memory::set_budget`.
+//! `frugal::memory::set_budget`, and with `--micro-batching` the loop is one built on
+//! `frugal::GradientAccumulation` that asks `frugal::MicroBatching` for its split each step.
 //!
 //! One process runs one configuration and prints one JSON line: the first step's time (and,
 //! on frugal-cuda, what it compiled), the median of the steps from the fourth on, the ledger's
@@ -29,7 +30,7 @@ use burn::tensor::activation::relu;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, ElementConversion, Int, Tensor};
 use clap::{Parser, ValueEnum};
-use frugal::memory;
+use frugal::{GradientAccumulation, MicroBatching, memory};
 use frugal_benches::peak_memory::probes::{CompileWaitsFor, compile_waits, compile_waits_since};
 use gpt::Ad;
 use serde::Serialize;
@@ -85,6 +86,14 @@ struct Args {
     /// one kernel a pass.
     #[arg(long, value_enum, default_value = "autotune")]
     conv: ConvChoice,
+    /// Run each step as micro-batches, their gradients summed by
+    /// `frugal::GradientAccumulation`: this many (which must divide the batch), or with
+    /// `--micro-batching` this many to start with.
+    #[arg(long, default_value_t = 1)]
+    micro_batches: usize,
+    /// Let `frugal::MicroBatching` choose the micro-batches of each step under the budget.
+    #[arg(long)]
+    micro_batching: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
@@ -167,6 +176,9 @@ impl<B: Backend> BasicBlock<B> {
 
 /// One model with its batch: the loss of a forward pass.
 trait Trainable<B: AutodiffBackend>: AutodiffModule<B> {
+    /// Items in a whole batch.
+    const BATCH: usize;
+    /// The mean loss over a batch of `BATCH / shrink` items.
     fn loss(&self, step: usize, shrink: usize, device: &B::Device) -> Tensor<B, 1>;
 }
 
@@ -198,8 +210,9 @@ fn next_token_loss<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>)
 }
 
 impl<B: AutodiffBackend> Trainable<B> for EncoderLm<B> {
+    const BATCH: usize = 32;
     fn loss(&self, _step: usize, shrink: usize, device: &B::Device) -> Tensor<B, 1> {
-        let (batch, seq) = (32 / shrink, 256);
+        let (batch, seq) = (Self::BATCH / shrink, 256);
         let (input, targets) = tokens::<B>(batch, seq, device);
         let mask = burn::nn::attention::generate_autoregressive_mask::<B>(batch, seq, device);
         let x = self.embed.forward(input);
@@ -211,8 +224,9 @@ impl<B: AutodiffBackend> Trainable<B> for EncoderLm<B> {
 }
 
 impl<B: AutodiffBackend> Trainable<B> for ResNet<B> {
+    const BATCH: usize = 64;
     fn loss(&self, _step: usize, shrink: usize, device: &B::Device) -> Tensor<B, 1> {
-        let batch = 64 / shrink;
+        let batch = Self::BATCH / shrink;
         let images =
             Tensor::<B, 4>::random([batch, 3, 64, 64], Distribution::Normal(0.0, 1.0), device);
         let labels = Tensor::<B, 1>::random([batch], Distribution::Uniform(0.0, 100.0), device)
@@ -231,8 +245,9 @@ impl<B: AutodiffBackend> Trainable<B> for ResNet<B> {
 }
 
 impl<B: AutodiffBackend> Trainable<B> for LstmLm<B> {
+    const BATCH: usize = 32;
     fn loss(&self, _step: usize, shrink: usize, device: &B::Device) -> Tensor<B, 1> {
-        let (batch, seq) = (32 / shrink, 128);
+        let (batch, seq) = (Self::BATCH / shrink, 128);
         let (input, targets) = tokens::<B>(batch, seq, device);
         let x = self.embed.forward(input);
         let (x, _) = self.lower.forward(x, None);
@@ -325,6 +340,10 @@ struct RunLine {
     conv: ConvChoice,
     conv_passes: u64,
     conv_fallbacks: u64,
+    /// With `--micro-batches` or `--micro-batching`: each step's micro-batch count, and the
+    /// changes of split with their reasons.
+    micro_batches: Vec<usize>,
+    split_changes: Vec<String>,
 }
 
 fn train<B: Backend, M>(args: &Args, model: M, device: &B::Device) -> RunLine
@@ -346,16 +365,59 @@ where
     let waits_before = compile_waits(on_frugal_cuda);
     let mut first_waits = None;
     let (mut early_peak, mut steady_peak) = (0, 0);
+    let batch = M::BATCH / args.shrink;
+    let mut split = match MicroBatching::new(batch, args.micro_batches) {
+        Ok(split) => split,
+        Err(e) => {
+            eprintln!("--micro-batches {}: {e}", args.micro_batches);
+            std::process::exit(2);
+        }
+    };
+    let accumulate = args.micro_batching || args.micro_batches > 1;
+    let (mut micro_batches, mut split_changes) = (Vec::new(), Vec::new());
     for step in 0..args.steps {
         if step == 3 {
             early_peak = memory::peak_bytes(device);
             memory::reset_peak(device);
         }
         let started = Instant::now();
-        let loss = model.loss(step, args.shrink, device);
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        model = optim.step(1e-4, model, grads);
-        losses.push(loss.into_scalar().elem::<f32>());
+        let loss = match accumulate {
+            false => {
+                let loss = model.loss(step, args.shrink, device);
+                let grads = GradientsParams::from_grads(loss.backward(), &model);
+                model = optim.step(1e-4, model, grads);
+                loss.into_scalar().elem::<f32>()
+            }
+            true => {
+                split.begin_step(device);
+                let parts = split.micro_batches();
+                let mut accumulation =
+                    GradientAccumulation::new(parts).expect("MicroBatching splits into >= 1");
+                let mut part_losses = Vec::with_capacity(parts);
+                for _ in 0..parts {
+                    let loss = model.loss(step, args.shrink * parts, device);
+                    part_losses.push(loss.clone().detach());
+                    accumulation
+                        .backward(&model, loss)
+                        .expect("one backward pass per micro-batch");
+                }
+                let grads = accumulation.finish().expect("every micro-batch added");
+                model = optim.step(1e-4, model, grads);
+                let loss = Tensor::cat(part_losses, 0)
+                    .mean()
+                    .into_scalar()
+                    .elem::<f32>();
+                micro_batches.push(parts);
+                if args.micro_batching
+                    && let Some(change) = split.end_step(device, started.elapsed())
+                {
+                    eprintln!("step {step}: {change}");
+                    split_changes.push(format!("step {step}: {change}"));
+                }
+                loss
+            }
+        };
+        losses.push(loss);
         step_ms.push(started.elapsed().as_secs_f64() * 1e3);
         if let Some(read) = counts {
             let now = read();
@@ -433,6 +495,8 @@ where
         conv: args.conv,
         conv_passes: frugal::kernels::stats().conv_passes,
         conv_fallbacks: frugal::kernels::stats().conv_fallbacks,
+        micro_batches,
+        split_changes,
     }
 }
 

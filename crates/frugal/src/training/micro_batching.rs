@@ -10,7 +10,10 @@
 //! batch's) is faster. [`MicroBatching`] reads both figures off the budget's counters
 //! ([`RematStats::recompute_ratio`]) after each step, splits further while a step under the
 //! budget's learned plan recomputes more than its forward pass, and goes back to the split
-//! before if the split's steps under their plan turn out slower.
+//! before if the split's steps under their plan turn out slower. A step whose largest op
+//! alone holds more than the budget (the plan's op floor: that op's inputs and output, which
+//! no eviction lowers while it runs) splits too, for good: only a smaller batch keeps such a
+//! budget.
 //!
 //! Steps the plan did not run from their start (a run's first three, and the first three at
 //! a new split, whose shapes the plan learns anew) are judged only against a far higher
@@ -36,8 +39,12 @@ pub const RECOMPUTE_RATIO_LIMIT: f64 = 1.0;
 pub const UNPLANNED_RECOMPUTE_RATIO_LIMIT: f64 = 3.0;
 
 /// Steps under the plan at a split, after the first (which compiles the plan's new orders),
-/// before its time is compared with the split before.
-const STEADY_STEPS: u32 = 1;
+/// before its recompute ratio is judged and its time compared with the split before. The
+/// second may still compile: Burn's fusion meets the plan's op orders over more than one step
+/// (burn-nn's TransformerEncoder at half its peak compiles kernels in its first two planned
+/// steps, the second taking twice the later ones), and a split judged on it looks better than
+/// the whole batch it replaced.
+const STEADY_STEPS: u32 = 2;
 
 /// A loop that retries a step with smaller micro-batches may make a backward pass that
 /// recomputes more than this many times its forward pass's work fail at once
@@ -52,6 +59,14 @@ pub enum MicroBatchReason {
     Recomputing {
         /// Recomputed work over the forward pass's work (the cost model's estimates).
         ratio: f64,
+    },
+    /// The step's largest op holds `op_bytes` at once, more than the `budget`: no eviction keeps
+    /// live bytes within the budget while it runs. Such a split is not undone.
+    OpOverBudget {
+        /// What that op holds: its inputs and its output ([`RematStats::plan_op_floor`]).
+        op_bytes: u64,
+        /// The device's budget.
+        budget: u64,
     },
     /// The split step took `split` against `before` for the split it replaced: back to that
     /// one, for good.
@@ -85,6 +100,13 @@ impl std::fmt::Display for MicroBatchChange {
                 f,
                 "the budget recomputed {ratio:.1}x the forward pass's work: splitting the batch \
                  of {} into {} micro-batches of {to} (was {} of {from})",
+                self.batch, self.to, self.from
+            ),
+            MicroBatchReason::OpOverBudget { op_bytes, budget } => write!(
+                f,
+                "the step's largest op holds {op_bytes} B at once, more than the budget of \
+                 {budget} B, which no eviction lowers: splitting the batch of {} into {} \
+                 micro-batches of {to} (was {} of {from})",
                 self.batch, self.to, self.from
             ),
             MicroBatchReason::Slower { split, before } => write!(
@@ -205,8 +227,7 @@ impl MicroBatching {
         // not learn another since.
         let planned = start.plan_period > 0 && now.replans == start.replans;
         let step = now.since(&start);
-        let budgeted = memory::budget(device).is_some();
-        self.decide(&step, planned, elapsed, budgeted)
+        self.decide(&step, planned, elapsed, memory::budget(device))
     }
 
     /// [`Self::end_step`] on the step's counters; `planned`: the budget's plan ran the step
@@ -216,16 +237,26 @@ impl MicroBatching {
         step: &RematStats,
         planned: bool,
         elapsed: Duration,
-        budgeted: bool,
+        budget: Option<u64>,
     ) -> Option<MicroBatchChange> {
         let seen = self.note(elapsed, planned);
-        if !budgeted || self.settled {
+        let budget = budget?;
+        if self.settled {
             return None;
         }
-        let ratio = step.recompute_ratio();
         // The first planned step at a split compiles the plan's orders and may still adapt
-        // its cuts: the split waits for the next one.
-        let limit = match planned && seen.planned > 1 {
+        // its cuts; from the next one the op floor is the plan's reading of a step at this
+        // split, and no eviction helps an op over the budget.
+        let op_bytes = step.plan_op_floor;
+        if planned
+            && seen.planned > 1
+            && op_bytes > budget
+            && let Some(next) = self.next_split()
+        {
+            return Some(self.change(next, MicroBatchReason::OpOverBudget { op_bytes, budget }));
+        }
+        let ratio = step.recompute_ratio();
+        let limit = match planned && seen.planned > STEADY_STEPS {
             true => RECOMPUTE_RATIO_LIMIT,
             false => UNPLANNED_RECOMPUTE_RATIO_LIMIT,
         };
@@ -296,6 +327,7 @@ impl MicroBatching {
         let from = self.micro_batches;
         match reason {
             MicroBatchReason::Recomputing { .. } => self.split_from = Some(from),
+            MicroBatchReason::OpOverBudget { .. } => self.split_from = None,
             MicroBatchReason::Slower { .. } => {
                 self.split_from = None;
                 self.settled = true;
@@ -328,16 +360,79 @@ mod tests {
         Duration::from_millis(ms)
     }
 
+    const BUDGET: u64 = 1 << 30;
+
+    #[test]
+    fn splits_for_good_where_one_op_holds_more_than_the_budget() {
+        let over = |op_bytes| RematStats {
+            plan_op_floor: op_bytes,
+            ..step(100, 0)
+        };
+        let mut split = MicroBatching::new(32, 1).unwrap();
+        // Before the plan, and in its first step, the floor is not read.
+        assert_eq!(split.decide(&over(0), false, ms(900), Some(BUDGET)), None);
+        assert_eq!(
+            split.decide(&over(BUDGET + 1), true, ms(500), Some(BUDGET)),
+            None
+        );
+        let change = split
+            .decide(&over(BUDGET + 1), true, ms(400), Some(BUDGET))
+            .unwrap();
+        assert_eq!((change.from, change.to, change.batch), (1, 2, 32));
+        assert_eq!(
+            change.reason,
+            MicroBatchReason::OpOverBudget {
+                op_bytes: BUDGET + 1,
+                budget: BUDGET
+            }
+        );
+        assert!(
+            change.to_string().contains("2 micro-batches of 16"),
+            "{change}"
+        );
+        // At 2 the largest op fits; steps at 2 slower than the whole batch's do not go back.
+        for elapsed in [2000, 900, 800, 800] {
+            assert_eq!(
+                split.decide(&over(0), true, ms(elapsed), Some(BUDGET)),
+                None
+            );
+        }
+        assert_eq!(split.micro_batches(), 2);
+        // An op at the budget itself fits it.
+        let mut split = MicroBatching::new(32, 1).unwrap();
+        for _ in 0..3 {
+            assert_eq!(
+                split.decide(&over(BUDGET), true, ms(400), Some(BUDGET)),
+                None
+            );
+        }
+    }
+
     #[test]
     fn splits_while_a_planned_step_recomputes_more_than_its_forward_pass() {
         let mut split = MicroBatching::new(64, 1).unwrap();
         // Before the plan, 2.5x stays; so does the plan's first step, which compiles its
         // orders.
-        assert_eq!(split.decide(&step(100, 250), false, ms(9000), true), None);
-        assert_eq!(split.decide(&step(100, 250), false, ms(9000), true), None);
-        assert_eq!(split.decide(&step(100, 150), true, ms(6000), true), None);
-        // The plan's second step recomputes 1.5x: split.
-        let change = split.decide(&step(100, 150), true, ms(5000), true).unwrap();
+        assert_eq!(
+            split.decide(&step(100, 250), false, ms(9000), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 250), false, ms(9000), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 150), true, ms(6000), Some(BUDGET)),
+            None
+        );
+        // So does its second, which may still compile; its third recomputes 1.5x: split.
+        assert_eq!(
+            split.decide(&step(100, 150), true, ms(5000), Some(BUDGET)),
+            None
+        );
+        let change = split
+            .decide(&step(100, 150), true, ms(5000), Some(BUDGET))
+            .unwrap();
         assert_eq!((change.from, change.to, change.batch), (1, 2, 64));
         assert_eq!(
             change.reason,
@@ -346,19 +441,77 @@ mod tests {
         );
         // Before the plan at 2, a step far over the limit splits at once.
         let change = split
-            .decide(&step(100, 350), false, ms(8000), true)
+            .decide(&step(100, 350), false, ms(8000), Some(BUDGET))
             .unwrap();
         assert_eq!((change.from, change.to), (2, 4));
         assert_eq!(split.micro_batches(), 4);
-        // Four fit: a step before the plan, then the plan's; its steady step is faster than
+        // Four fit: a step before the plan, then the plan's; its steady steps are faster than
         // any step at 2, so the split stays.
-        assert_eq!(split.decide(&step(100, 0), false, ms(6000), true), None);
-        assert_eq!(split.decide(&step(100, 0), true, ms(2500), true), None);
-        assert_eq!(split.decide(&step(100, 0), true, ms(2000), true), None);
+        assert_eq!(
+            split.decide(&step(100, 0), false, ms(6000), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 0), true, ms(2500), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 0), true, ms(2000), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 0), true, ms(2000), Some(BUDGET)),
+            None
+        );
         assert!(!split.is_settled());
         // A later planned step that recomputes again (the plan cut it worse) splits further.
-        let change = split.decide(&step(100, 400), true, ms(5000), true).unwrap();
+        let change = split
+            .decide(&step(100, 400), true, ms(5000), Some(BUDGET))
+            .unwrap();
         assert_eq!((change.from, change.to), (4, 8));
+    }
+
+    #[test]
+    fn a_split_is_judged_against_the_whole_batchs_settled_steps() {
+        // burn-nn's TransformerEncoder at half its peak on an H200: the plan's first two steps
+        // compile (1,095 and 107 ms), the later ones take 50 ms; two micro-batches of 16
+        // settle at 73 ms. Judged on the second planned step, 73 ms looked faster.
+        let mut split = MicroBatching::new(32, 1).unwrap();
+        for (planned, elapsed) in [(false, 1749), (false, 165), (false, 104), (true, 1095)] {
+            assert_eq!(
+                split.decide(&step(100, 120), planned, ms(elapsed), Some(BUDGET)),
+                None
+            );
+        }
+        assert_eq!(
+            split.decide(&step(100, 120), true, ms(107), Some(BUDGET)),
+            None
+        );
+        let change = split
+            .decide(&step(100, 120), true, ms(50), Some(BUDGET))
+            .unwrap();
+        assert_eq!(change.to, 2);
+        for (planned, elapsed) in [(false, 1321), (false, 347), (false, 160), (true, 80)] {
+            assert_eq!(
+                split.decide(&step(100, 0), planned, ms(elapsed), Some(BUDGET)),
+                None
+            );
+        }
+        assert_eq!(
+            split.decide(&step(100, 0), true, ms(76), Some(BUDGET)),
+            None
+        );
+        let change = split
+            .decide(&step(100, 0), true, ms(74), Some(BUDGET))
+            .unwrap();
+        assert_eq!((change.from, change.to), (2, 1));
+        assert_eq!(
+            change.reason,
+            MicroBatchReason::Slower {
+                split: ms(74),
+                before: ms(50)
+            }
+        );
     }
 
     #[test]
@@ -366,7 +519,10 @@ mod tests {
         // The reference step at a quarter of its peak: 1.5x before the plan, 1.16x under it.
         let mut split = MicroBatching::new(8, 1).unwrap();
         for _ in 0..3 {
-            assert_eq!(split.decide(&step(100, 150), false, ms(500), true), None);
+            assert_eq!(
+                split.decide(&step(100, 150), false, ms(500), Some(BUDGET)),
+                None
+            );
         }
         assert_eq!(split.micro_batches(), 1);
     }
@@ -374,15 +530,39 @@ mod tests {
     #[test]
     fn goes_back_when_the_split_step_is_slower() {
         let mut split = MicroBatching::new(8, 1).unwrap();
-        assert_eq!(split.decide(&step(100, 50), false, ms(900), true), None);
-        assert_eq!(split.decide(&step(100, 120), true, ms(150), true), None);
-        let change = split.decide(&step(100, 120), true, ms(100), true).unwrap();
+        assert_eq!(
+            split.decide(&step(100, 50), false, ms(900), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 120), true, ms(150), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 120), true, ms(100), Some(BUDGET)),
+            None
+        );
+        let change = split
+            .decide(&step(100, 120), true, ms(110), Some(BUDGET))
+            .unwrap();
         assert_eq!(change.to, 2);
-        // At 2: a step before its plan, the plan's first, then its steady step, slower than
+        // At 2: a step before its plan, the plan's first, then its steady steps, slower than
         // the whole batch's.
-        assert_eq!(split.decide(&step(100, 0), false, ms(400), true), None);
-        assert_eq!(split.decide(&step(100, 0), true, ms(150), true), None);
-        let change = split.decide(&step(100, 0), true, ms(130), true).unwrap();
+        assert_eq!(
+            split.decide(&step(100, 0), false, ms(400), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 0), true, ms(150), Some(BUDGET)),
+            None
+        );
+        assert_eq!(
+            split.decide(&step(100, 0), true, ms(140), Some(BUDGET)),
+            None
+        );
+        let change = split
+            .decide(&step(100, 0), true, ms(130), Some(BUDGET))
+            .unwrap();
         assert_eq!((change.from, change.to), (2, 1));
         assert_eq!(
             change.reason,
@@ -393,20 +573,28 @@ mod tests {
         );
         assert!(change.to_string().contains("back to 1 of 8"), "{change}");
         assert!(split.is_settled());
-        assert_eq!(split.decide(&step(100, 500), true, ms(100), true), None);
+        assert_eq!(
+            split.decide(&step(100, 500), true, ms(100), Some(BUDGET)),
+            None
+        );
         assert_eq!(split.micro_batches(), 1);
     }
 
     #[test]
     fn keeps_its_split_without_a_budget_or_a_smaller_micro_batch() {
         let mut split = MicroBatching::new(6, 1).unwrap();
-        assert_eq!(split.decide(&step(100, 900), false, ms(10), false), None);
+        assert_eq!(split.decide(&step(100, 900), false, ms(10), None), None);
         assert_eq!(split.micro_batches(), 1);
         // 6 splits into 2, 3 (not twice 2) skipped, then 6; never past one item each.
         let mut split = MicroBatching::new(6, 2).unwrap();
-        split.decide(&step(100, 900), false, ms(10), true).unwrap();
+        split
+            .decide(&step(100, 900), false, ms(10), Some(BUDGET))
+            .unwrap();
         assert_eq!(split.micro_batches(), 6);
-        assert_eq!(split.decide(&step(100, 900), false, ms(10), true), None);
+        assert_eq!(
+            split.decide(&step(100, 900), false, ms(10), Some(BUDGET)),
+            None
+        );
         assert_eq!(split.micro_batches(), 6);
         assert!(MicroBatching::new(6, 4).is_err());
         assert!(split.set_micro_batches(5).is_err());
