@@ -6,6 +6,11 @@ use super::{Macs, OpId};
 /// Multiply-adds a GPU does in the time it moves one byte of memory.
 pub(crate) const MACS_PER_BYTE: f64 = 16.0;
 
+/// What keeping one byte in host memory for a step costs, in bytes of device memory traffic:
+/// its copy out and its copy back, each taking the time HBM (3–5 TB/s) needs for about 32
+/// bytes over a PCIe link's 50–60 GB/s.
+pub(crate) const PARK_COST_PER_BYTE: f64 = 64.0;
+
 /// Above this estimated recomputation cost per byte held (memory traffic per byte), a
 /// product is left on the device by a scope's end under a budget that keeps products: a
 /// linear layer's output contracting 768 features is above it (about 13), `q·kᵀ`'s attention

@@ -37,8 +37,11 @@
 //! step made for the next one that the next one first reads only after its forward pass (an
 //! optimizer's moments). They go to host memory in one batch when the forward pass begins and
 //! come back when the optimizer reads them: one copy each way per step, never bounced per op.
-//! The plan parks the fewest bytes (those read last first) with which a selection fits, or
-//! else segments.
+//! Of the plans that fit, a selection with each amount of state parked (the state read last
+//! parked first) or segments with the least, the plan takes the one that costs a step least
+//! in the cost model's terms: recomputed traffic and multiply-adds, and the parked bytes'
+//! copies out and back (see [`PARK_COST_PER_BYTE`](crate::vocabulary::cost::PARK_COST_PER_BYTE)).
+//! If none fits, the segments that simulate lowest.
 //!
 //! By role: this file holds the plan's state and what the engine asks of it (ordinals,
 //! predicted reads, the chosen tensors); `period.rs` finds the step; `record.rs` reads the

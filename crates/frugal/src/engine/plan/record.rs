@@ -97,6 +97,19 @@ impl StepRecord {
         })
     }
 
+    /// What segments beginning at `cuts` cost a step to recompute, in the cost model's bytes
+    /// of memory traffic (see [`crate::vocabulary::cost`]): every closed segment (all but the
+    /// last) is replayed once in the backward pass, in every forward pass. Views and random
+    /// draws are not replayed.
+    pub(super) fn replay_work(&self, cuts: &[u64]) -> f64 {
+        let last = cuts.last().copied().unwrap_or(0).min(self.end) as usize;
+        let once: f64 = (0..last)
+            .filter(|&i| self.cost_per_byte[i].is_finite())
+            .map(|i| self.cost_per_byte[i] as f64 * self.bytes[i] as f64)
+            .sum();
+        once * self.passes.len() as f64
+    }
+
     /// Where the forward pass beginning at `pass` ends.
     pub(super) fn pass_end(&self, pass: u64) -> u64 {
         pass + self.end

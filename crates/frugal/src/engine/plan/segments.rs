@@ -5,10 +5,13 @@
 use std::sync::Arc;
 
 use super::record::StepRecord;
-use super::selection::{SELECTION_AIM, SELECTION_MIN_SHARE, SELECTION_OVERSHOOT, SELECTION_SHRINK};
+use super::selection::{
+    SELECTION_AIM, SELECTION_MIN_SHARE, SELECTION_OVERSHOOT, SELECTION_SHRINK, Selection,
+};
 use super::simulation::Parked;
 use super::{PRESSURE_SEEN, SegmentEvent, StepPlan};
 use crate::units::format_bytes;
+use crate::vocabulary::cost::PARK_COST_PER_BYTE;
 
 /// The largest share of the room under the budget (budget minus what is live when the forward
 /// pass begins) that one segment's tensors kept for the backward pass may take. The cuts are
@@ -431,57 +434,87 @@ impl StepPlan {
                 _ => Some(found),
             }
         };
-        // At each amount of parked state, the fewest first: a selection (it recomputes far
-        // less), else segments.
+        // At each amount of parked state, the fewest first: a selection, and segments until
+        // some fit. Of those that fit, the plan that costs a step the least: what it
+        // recomputes, and the parked state's copies to host memory and back. A selection
+        // usually recomputes far less than segments, so parking some state to make one fit
+        // often beats segments that fit without parking.
+        let park_work = |parked: Parked| parked.bytes as f64 * PARK_COST_PER_BYTE;
         let mut best: Option<(Cutting, u64, usize, Parked)> = None;
+        let mut segments_fit = false;
+        let mut chosen: Option<(Selection, usize, Parked, f64)> = None;
         for &(count, parked) in &park_levels {
+            let cheapest = chosen.as_ref().map(|c| c.3).into_iter().chain(
+                best.as_ref()
+                    .filter(|_| segments_fit)
+                    .map(|(found, _, _, at)| record.replay_work(&found.cuts) + park_work(*at)),
+            );
+            if cheapest.fold(f64::INFINITY, f64::min) <= park_work(parked) {
+                break; // more parking alone costs more than a plan found
+            }
             if let Some(selection) =
                 record.select(target, ceiling, room / SELECTION_MIN_SHARE, parked)
             {
                 if selection.count == 0 && count == 0 {
                     return None; // the step's exact peak fits
                 }
-                log::debug!(
-                    "frugal: step plan: forward pass of {end} tensors, estimated peak \
-                     {unsegmented} B over a budget of {limit} B: {} tensors of {} B dropped at \
-                     {} cuts and recomputed ({} of their inputs with them; {} random draws \
-                     packed instead), {} B of optimizer state ({count} tensors) parked in host \
-                     memory until position {}, estimated peak {} B (aim {target} B)",
-                    selection.count,
-                    selection.bytes,
-                    selection.cuts.len() - 1,
-                    selection.chained,
-                    selection.packed,
-                    parked.bytes,
-                    parked.until,
-                    selection.peak,
-                );
-                return Some(Segments {
-                    period,
-                    anchor,
-                    cuts: selection.cuts,
-                    end,
-                    passes: record.passes.clone(),
-                    last_read: selection.last_read.into(),
-                    segment_bytes: 0,
-                    estimated_peak: selection.peak,
-                    park: park_list(count),
-                    parked_bytes: parked.bytes,
-                    parked_until: parked.until,
-                    selective: true,
-                    selected_bytes: selection.bytes,
-                });
+                let work = selection.work + park_work(parked);
+                if chosen.as_ref().is_none_or(|c| work < c.3) {
+                    chosen = Some((selection, count, parked, work));
+                }
+                continue;
+            }
+            if segments_fit || chosen.is_some() {
+                continue;
             }
             let Some((found, room)) = search(parked) else {
                 continue;
             };
-            let fits = found.peak <= limit;
+            segments_fit = found.peak <= limit;
             if best.as_ref().is_none_or(|b| found.peak < b.0.peak) {
                 best = Some((found, room, count, parked));
             }
-            if fits {
-                break;
-            }
+        }
+        let segments_work = best
+            .as_ref()
+            .filter(|_| segments_fit)
+            .map(|(found, _, _, parked)| record.replay_work(&found.cuts) + park_work(*parked));
+        if let Some((selection, count, parked, work)) = chosen
+            && segments_work.is_none_or(|segments| work <= segments)
+        {
+            log::debug!(
+                "frugal: step plan: forward pass of {end} tensors, estimated peak \
+                 {unsegmented} B over a budget of {limit} B: {} tensors of {} B dropped at \
+                 {} cuts and recomputed ({} of their inputs with them; {} random draws \
+                 packed instead), {} B of optimizer state ({count} tensors) parked in host \
+                 memory until position {}, estimated peak {} B (aim {target} B); it costs \
+                 {:.3e} B of traffic a step{}",
+                selection.count,
+                selection.bytes,
+                selection.cuts.len() - 1,
+                selection.chained,
+                selection.packed,
+                parked.bytes,
+                parked.until,
+                selection.peak,
+                work,
+                segments_work.map_or(String::new(), |s| format!(", segments that fit {s:.3e} B")),
+            );
+            return Some(Segments {
+                period,
+                anchor,
+                cuts: selection.cuts,
+                end,
+                passes: record.passes.clone(),
+                last_read: selection.last_read.into(),
+                segment_bytes: 0,
+                estimated_peak: selection.peak,
+                park: park_list(count),
+                parked_bytes: parked.bytes,
+                parked_until: parked.until,
+                selective: true,
+                selected_bytes: selection.bytes,
+            });
         }
         let (
             Cutting {

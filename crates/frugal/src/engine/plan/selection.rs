@@ -49,6 +49,9 @@ pub(super) struct Selection {
     /// Chosen tensors packed into booleans rather than dropped (random draws of only 0 and
     /// 1, as dropout's masks).
     pub(super) packed: u64,
+    /// What recomputing (or packing) them costs a step, in the cost model's bytes of memory
+    /// traffic (see [`crate::vocabulary::cost`]), over every forward pass.
+    pub(super) work: f64,
 }
 
 impl StepRecord {
@@ -203,7 +206,7 @@ impl StepRecord {
         let mut chained = vec![false; end];
         // Inputs of a chosen tensor or of its chain: recomputing it needs them, so they stay.
         let mut feeds = vec![false; end];
-        let (mut count, mut bytes, mut packed) = (0u64, 0u64, 0u64);
+        let (mut count, mut bytes, mut packed, mut work) = (0u64, 0u64, 0u64, 0f64);
         let mut sim = Sim {
             held,
             back_at: vec![vec![0u64; end]; self.passes.len()],
@@ -374,6 +377,7 @@ impl StepRecord {
                     bytes,
                     chained: chained.iter().filter(|&&c| c).count() as u64,
                     packed,
+                    work,
                 });
             }
             let Some((pick, trial)) = pick else {
@@ -410,6 +414,12 @@ impl StepRecord {
             count += 1;
             bytes += self.bytes[i];
             packed += packs(i) as u64;
+            // A candidate's cost is per byte it frees (packed) or holds (recomputed).
+            let per = match packs(i) {
+                true => freed(i, i),
+                false => self.bytes[i],
+            };
+            work += pick.cost * per as f64 * self.passes.len() as f64;
         }
     }
 }

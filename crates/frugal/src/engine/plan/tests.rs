@@ -179,7 +179,8 @@ fn training_steps_with_state(
     training_steps_under(plan, &steps, layers, width, limit, state_bytes, states)
 }
 
-/// What the budget did in one step of [`training_steps_under`].
+/// One step of [`training_steps_under`]: what the budget did, and what its forward tensors
+/// cost to recompute.
 #[derive(Clone, Copy, Default)]
 struct StepNoise {
     /// Eviction rounds the budget needed, noted at the step's end.
@@ -187,12 +188,16 @@ struct StepNoise {
     /// Bytes live on the device beside the step's own for the whole step (the runtime's
     /// or another tensor's), which the record sees in its live bytes.
     other_live: u64,
+    /// What recomputing each forward tensor alone costs per byte (`None`: it cannot be).
+    forward_cost: Option<f64>,
 }
 
 /// Records one step's creations in the plan, with the segment events they bring and their
 /// positions in the step.
 struct StepRecorder {
     limit: Option<u64>,
+    /// See [`StepNoise::forward_cost`].
+    forward_cost: Option<f64>,
     events: Vec<(usize, SegmentEvent)>,
     position: usize,
 }
@@ -201,6 +206,7 @@ impl StepRecorder {
     fn new(limit: Option<u64>) -> Self {
         Self {
             limit,
+            forward_cost: None,
             events: Vec::new(),
             position: 0,
         }
@@ -208,8 +214,25 @@ impl StepRecorder {
 
     /// A new tensor of `bytes` with `token`, `live` bytes live after it.
     fn create(&mut self, plan: &mut StepPlan, token: u64, bytes: u64, live: &mut u64) -> u64 {
-        *live += bytes;
-        let ordinal = plan.on_create(&made(token, OP, bytes, *live));
+        self.create_made(plan, made(token, OP, bytes, *live + bytes), live)
+    }
+
+    /// As [`Self::create`], a forward tensor recomputed at [`Self::forward_cost`].
+    fn create_forward(
+        &mut self,
+        plan: &mut StepPlan,
+        token: u64,
+        bytes: u64,
+        live: &mut u64,
+    ) -> u64 {
+        let mut tensor = made(token, OP, bytes, *live + bytes);
+        tensor.recompute = self.forward_cost.map(|per_byte| per_byte * bytes as f64);
+        self.create_made(plan, tensor, live)
+    }
+
+    fn create_made(&mut self, plan: &mut StepPlan, tensor: Made, live: &mut u64) -> u64 {
+        *live += tensor.bytes;
+        let ordinal = plan.on_create(&tensor);
         if let Some(event) = plan.segment_event(ordinal, self.limit) {
             self.events.push((self.position, event));
         }
@@ -243,7 +266,7 @@ fn forward_and_backward(
             {
                 plan.on_read(p);
             }
-            let t = step.create(plan, (layer * width + j) as u64 + 1, 100, live);
+            let t = step.create_forward(plan, (layer * width + j) as u64 + 1, 100, live);
             kept.push(t);
             previous = Some(t);
         }
@@ -295,6 +318,7 @@ fn training_steps_under(
     for noise in steps {
         live += noise.other_live;
         let mut step = StepRecorder::new(limit);
+        step.forward_cost = noise.forward_cost;
         let grad = forward_and_backward(plan, &mut step, &params, width, &mut live, None);
         for (param, state) in params.iter_mut().zip(&mut state) {
             if let Some(s) = *state {
@@ -411,6 +435,7 @@ fn smaller_segments_that_evict_no_less_give_way_to_the_very_cuts_before_them() {
     noise[first + 1] = StepNoise {
         pressure: 5,
         other_live: 600,
+        ..StepNoise::default()
     };
     let mut plan = StepPlan::default();
     let steps = training_steps_under(
@@ -714,6 +739,47 @@ fn optimizer_state_is_parked_only_when_no_segments_fit_without_it() {
             "{park:?}"
         );
     }
+}
+
+#[test]
+fn optimizer_state_is_parked_where_its_copies_cost_less_than_the_recomputation_they_save() {
+    // 80 forward tensors of 100 bytes and 3,200 bytes of optimizer state under a budget of
+    // 4,000: a selection fits without parking. Parking costs the state's copies to host
+    // memory and back whatever the forward tensors cost; each byte parked is a byte fewer
+    // to drop and recompute.
+    let (layers, width, limit) = (8, 10, 4_000);
+    let plan_at = |forward_cost: f64| {
+        let mut plan = StepPlan::default();
+        let noise = StepNoise {
+            forward_cost: Some(forward_cost),
+            ..StepNoise::default()
+        };
+        let steps = vec![noise; 6];
+        training_steps_under(
+            &mut plan,
+            &steps,
+            layers,
+            width,
+            Some(limit),
+            400,
+            &mut Vec::new(),
+        );
+        plan.figures()
+    };
+    // Cheap to recompute: nothing parked.
+    let cheap = plan_at(1.0);
+    assert!(cheap.selected_bytes > 0, "{cheap:?}");
+    assert_eq!(cheap.parked_bytes, 0, "{cheap:?}");
+    assert!(cheap.estimated_peak <= limit, "{cheap:?}");
+    // Costly to recompute (products): state parked, fewer bytes recomputed.
+    let costly = plan_at(1_000.0);
+    assert!(costly.parked_bytes > 0, "{costly:?}");
+    assert!(costly.selected_bytes > 0, "{costly:?}");
+    assert!(
+        costly.selected_bytes < cheap.selected_bytes,
+        "{cheap:?} {costly:?}"
+    );
+    assert!(costly.estimated_peak <= limit, "{costly:?}");
 }
 
 /// Steps that accumulate gradients over `micro_batches` forward and backward passes of a
