@@ -50,4 +50,4 @@ PY
 done
 cat $G/summary.txt
 # The memory snapshots are large; the step logs and the plan's log are what this measures.
-find $G \( -name 'memory.json' -o -name '*.png' \) -delete
+find $G \( -name 'memory.json' -o -name 'memory_viz.pickle' -o -name '*.png' \) -delete
