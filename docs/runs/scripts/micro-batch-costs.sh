@@ -4,7 +4,7 @@
 # alone, as 2 micro-batches and with MicroBatching choosing; the Lstm plain and at a quarter of
 # its peak (below its largest op) with MicroBatching choosing. Each its own process and limit;
 # the budgeted runs log the plan's and the split's choices (RUST_LOG=frugal=debug).
-# Staged in .gpu/: burn-nn-models.xz, lib.sh, torch_gpt.py, torch_best.py.
+# Staged in .gpu/: burn-nn-models.xz, lib.sh, summary.py, torch_gpt.py, torch_best.py.
 set -u
 cd "$(dirname "$0")"
 . ./lib.sh
@@ -25,18 +25,5 @@ unset RUST_LOG
 one lstm-plain 60 $B --model lstm
 p=$(peak lstm)
 RUST_LOG=frugal=debug one lstm-0.25-mb ${LSTM_LIMIT:-150} $B --model lstm --budget-of $p --fraction 0.25 --micro-batching
-python3 - <<'PY'
-import json, glob, os
-for f in sorted(glob.glob(os.environ['OUT'] + '/models/*.out')):
-    for l in open(f):
-        if not l.startswith('{'): continue
-        d = json.loads(l)
-        print(os.path.basename(f)[:-4], 'first %.0f ms' % d['first_step_ms'],
-              'median %.2f, second half %.2f ms' % (d['median_ms'], d['late_median_ms']),
-              'peak', d['peak_live'], 'steady', d['steady_peak_live'], 'budget', d['budget'],
-              'reserved', d['allocator_peak_reserved'], 'recomputed', d['recomputed_bytes'],
-              'op floor', d['plan_op_floor'], 'split', d['micro_batches'])
-        print('    steps', [round(x) for x in d['step_ms']])
-        for c in d['split_changes']: print('   ', c)
-PY
+python3 summary.py $R
 cat $R/summary.txt

@@ -5,7 +5,7 @@
 # configuration its own process and limit; PyTorch's anchors first unless SKIP_TORCH.
 # MODELS (default "encoder lstm"), FRACTIONS (default "0.5 0.333 0.25"), STEPS (default 20),
 # LIMIT (seconds per budgeted process, default 120), ONLY_MB (skip the budget-alone runs).
-# Staged in .gpu/: burn-nn-models.xz, lib.sh, torch_gpt.py, torch_best.py, cubecl-cache.tgz
+# Staged in .gpu/: burn-nn-models.xz, lib.sh, summary.py, torch_gpt.py, torch_best.py, cubecl-cache.tgz
 # if a call left one; the kernel and autotune caches are written back to $OUT/cubecl-cache.tgz.
 set -u
 cd "$(dirname "$0")"
@@ -26,18 +26,5 @@ for m in ${MODELS:-encoder lstm}; do
   done
 done
 (cd ../target && tar czf $OUT/cubecl-cache.tgz autotune frugal-cuda-kernels 2>/dev/null)
-python3 - <<'PY'
-import json, glob, os
-for f in sorted(glob.glob(os.environ['OUT'] + '/models/*.out')):
-    for l in open(f):
-        if not l.startswith('{'): continue
-        d = json.loads(l)
-        print(os.path.basename(f)[:-4], 'first %.0f ms' % d['first_step_ms'],
-              'median %.2f, second half %.2f ms' % (d['median_ms'], d['late_median_ms']),
-              'peak', d['peak_live'], 'steady', d['steady_peak_live'], 'budget', d['budget'],
-              'reserved', d['allocator_peak_reserved'], 'recomputed', d['recomputed_bytes'],
-              'op floor', d['plan_op_floor'], 'later compiled', d.get('later_compiled'),
-              'split', d['micro_batches'], 'loss %.4f->%.4f' % (d['losses'][0], d['losses'][-1]))
-        for c in d['split_changes']: print('   ', c)
-PY
+python3 summary.py $R
 cat $R/summary.txt
