@@ -57,6 +57,7 @@ pub use engine::{Action, EvictionMode, Policy, RematStats};
 pub use precision::{AutocastPolicy, LowPrecision, OpPrecision, PrecisionError, set_autocast};
 pub use runtime::{AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView};
 pub use tensor::FrugalTensor;
+pub use training::abandoned::release_abandoned_graph;
 pub use training::accumulate::{AccumulationError, GradientAccumulation, micro_batch_size};
 pub use training::fit::{
     AutoFit, FitCandidate, FitChoice, FitError, FitOutcome, FitPolicy, FitProbe, FitRow,

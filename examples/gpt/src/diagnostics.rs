@@ -402,6 +402,47 @@ fn calls_ms(calls: frugal_cuda::allocator::CallTime) -> CallsMs {
     }
 }
 
+/// frugal-cuda's pool on `device` in one line (allocated bytes and blocks, reserved, cached
+/// free and its largest block, failed allocations so far); `None` on other devices.
+pub fn pool_line<D: 'static>(device: &D) -> Option<String> {
+    #[cfg(feature = "frugal-cuda")]
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        let report = frugal_cuda::memory_report(device);
+        let stats = report.stats;
+        // The largest live blocks by size, with how many there are of each: what holds memory
+        // that no tensor of the ledger accounts for.
+        let mut sizes = std::collections::BTreeMap::<u64, u64>::new();
+        for segment in frugal_cuda::allocator_snapshot(device).segments {
+            for block in segment.blocks.iter().filter(|b| b.allocated) {
+                *sizes.entry(block.requested).or_default() += 1;
+            }
+        }
+        let largest: Vec<String> = sizes
+            .iter()
+            .rev()
+            .take(6)
+            .map(|(size, count)| format!("{count} x {size} B"))
+            .collect();
+        return Some(format!(
+            "pool: allocated {} B in {} blocks, reserved {} B, cached free {} B (largest {} B), \
+             {} failed allocations; CubeCL: {} B in {} buffers; largest live blocks: {}",
+            stats.allocated_bytes,
+            stats.active_blocks,
+            stats.reserved_bytes,
+            stats.free_bytes,
+            stats.largest_free_block,
+            stats.oom_count,
+            report.bytes_in_use,
+            report.buffers_in_use,
+            largest.join(", ")
+        ));
+    }
+    let _ = device;
+    None
+}
+
 /// frugal-cuda's allocator counters on `device`; `None` on other devices.
 pub fn allocator_counters<D: 'static>(device: &D) -> Option<AllocatorCounters> {
     #[cfg(feature = "frugal-cuda")]

@@ -9,10 +9,12 @@ use frugal::{AutoFit, FitChoice, FitPolicy, FitProbe, LowPrecision};
 use crate::Ad;
 use crate::cli::{Precision, TrainArgs};
 use crate::data::Batch;
+use crate::diagnostics;
 use crate::model::Gpt;
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
-use crate::train::{self, StepOptions};
+use crate::train::{self, Phase, StepOptions};
 use burn::optim::Optimizer;
 
 /// The policies worth probing on `B`: no budget, checkpointed blocks, a budget, and a budget
@@ -34,8 +36,33 @@ pub fn choose<B: Backend>(
     device: &B::Device,
 ) -> Result<FitChoice, String> {
     let search = AutoFit::new(args.batch(), limit).with_policies(policies::<B>(device));
+    // What is live with only the run's own model: a probe that failed is given back down to it.
+    let live_outside_probes = memory::live_bytes(device);
+    let last_probe_finished = Cell::new(true);
+    let memory_state = |when: &str| {
+        log::debug!(
+            "--fit: {when}: live {} B; {}",
+            memory::live_bytes(device),
+            diagnostics::pool_line(device).unwrap_or_default()
+        )
+    };
     let choice = search.run(device, |probe: &FitProbe| {
         let candidate = &probe.candidate;
+        if !last_probe_finished.get() {
+            // A probe that failed in its forward pass left its graph, and the activations it
+            // saved, in burn-autodiff; the device may hold errors recorded while it unwound
+            // (a sync takes them, so that this probe's first read does not fail for them); and
+            // the pool keeps the failed probe's pages cached. Give all three back first.
+            memory_state("after a failed probe");
+            let freed = frugal::release_abandoned_graph(model, device, live_outside_probes);
+            let _ = frugal::catch_quietly(|| B::sync(device), || ());
+            B::memory_cleanup(device);
+            memory_state(&format!(
+                "its graph given back ({freed} B), the device synced and its cache emptied"
+            ));
+        }
+        memory_state(&format!("before {candidate:?}"));
+        last_probe_finished.set(false);
         let storage = match candidate.policy {
             FitPolicy::BudgetCompressed(low) => Some(low),
             _ => None,
@@ -52,8 +79,11 @@ pub fn choose<B: Backend>(
         let mut last = Duration::ZERO;
         for _ in 0..probe.steps {
             let started = Instant::now();
-            // As the run holds a step's start to recover from (see `run::train`).
-            let _held = args.recovers().then(|| (copy.clone(), optim.to_record()));
+            // As the run holds a step's start to recover from, and lets go of it when the
+            // update starts (see `run::train`): held through the update, it would keep a second
+            // copy of the parameters and moments, a peak the run never reaches, which at small
+            // micro-batches is the step's peak and hides the activations' growth.
+            let held = RefCell::new(args.recovers().then(|| (copy.clone(), optim.to_record())));
             copy = train::step_accumulated(
                 copy,
                 &mut optim,
@@ -61,14 +91,20 @@ pub fn choose<B: Backend>(
                 &options,
                 device,
                 None,
-                |_| {},
+                |phase| {
+                    if phase == Phase::Update {
+                        held.borrow_mut().take();
+                    }
+                },
             )
             .map_err(|e| e.to_string())?
             .0;
             last = started.elapsed();
         }
+        last_probe_finished.set(true);
         Ok(last)
     });
+    memory_state("after the probes");
     // Back to what the flags asked for, whatever the probes left.
     memory::set_storage_precision::<B>(device, args.store.low()).map_err(|e| e.to_string())?;
     choice.map_err(|e| format!("--fit: {e}"))

@@ -319,6 +319,7 @@ pub fn train_observed<B: Backend>(
                 args.recovers()
                     .then(|| (model.clone(), optim.to_record(), scaler.clone())),
             );
+            let live_at_start = memory::live_bytes(&device);
             let options = StepOptions {
                 lr: args.lr,
                 checkpoint_blocks: args.checkpoint_blocks,
@@ -385,6 +386,13 @@ pub fn train_observed<B: Backend>(
                                 split.begin_step(&device);
                             }
                             model = at_start;
+                            // The failed attempt's graph would otherwise hold its activations
+                            // through the retry's forward pass.
+                            let freed =
+                                frugal::release_abandoned_graph(&model, &device, live_at_start);
+                            log::debug!(
+                                "step {step}: the failed attempt's graph gave back {freed} B"
+                            );
                             optim = optim.load_record(record);
                             scaler = scaler_at_start;
                             recovered += 1;

@@ -351,7 +351,11 @@ impl AutoFit {
     /// or compression, drops the copies, and returns the time of the last step (the first
     /// pays for kernel compilation). Frugal sets the candidate's budget around it, reads the
     /// peak and scales the time to the whole accumulation. A probe that panics or returns an
-    /// error counts as not fitting; its panic message is kept, not printed.
+    /// error counts as not fitting; its panic message is kept, not printed. A probe that
+    /// failed in its forward pass leaves that pass's graph in burn-autodiff, with the
+    /// activations it saved, until a backward pass through the parameters: the next probe
+    /// should begin with [`crate::release_abandoned_graph`] (as `gpt --fit` does), or it runs
+    /// beside them. Each probe's outcome is logged at debug level as it ends.
     pub fn run<D: DeviceOps + 'static>(
         &self,
         device: &D,
@@ -548,7 +552,7 @@ impl AutoFit {
             Ok(Err(why)) => Err(why),
             Err(panic) => Err(panic.message()),
         };
-        match outcome {
+        let row = match outcome {
             Ok(step) => FitRow {
                 candidate,
                 fits: peak_bytes <= self.limit,
@@ -559,7 +563,13 @@ impl AutoFit {
                 fits: false,
                 outcome: FitOutcome::Failed(why),
             },
-        }
+        };
+        // The table comes at the end; a search cut short (a time limit) says this much.
+        log::debug!(
+            "auto-fit probe: {candidate:?}: {:?} (peak {peak_bytes} B)",
+            row.outcome
+        );
+        row
     }
 }
 

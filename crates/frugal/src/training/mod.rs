@@ -5,10 +5,12 @@
 //! By layer (`tests/integration/layers.rs` checks each file as the module it names):
 //! - 10: [`accumulate`] (micro-batches summed into one batch's gradient), [`optim`] (the 8-bit
 //!   and fused AdamW), [`scaler`] (dynamic loss scaling and its fused unscale);
-//! - 11: [`fit`] (`AutoFit`: a configuration from probe steps), [`micro_batching`]
+//! - 11: [`abandoned`] (what a failed step's forward pass left in burn-autodiff's graph, given
+//!   back), [`fit`] (`AutoFit`: a configuration from probe steps), [`micro_batching`]
 //!   (`MicroBatching`: the split under a budget), `train` (burn-train metrics and
 //!   `RoleTracking`, feature `train`).
 
+pub(crate) mod abandoned; // 11: a failed step's graph given back
 pub(crate) mod accumulate; // 10: gradient accumulation
 pub(crate) mod fit; // 11: auto-fit
 pub(crate) mod micro_batching; // 11: the split under a budget

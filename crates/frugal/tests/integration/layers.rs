@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["ops"],
     &["checkpoint", "nn", "precision", "report"],
     &["accumulate", "memory", "memory_viz", "optim", "scaler"],
-    &["fit", "micro_batching", "train"],
+    &["abandoned", "fit", "micro_batching", "train"],
     &["lib"],
 ];
 

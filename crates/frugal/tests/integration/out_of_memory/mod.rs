@@ -2,5 +2,6 @@
 //! accumulation and auto-fit. Each test holds `crate::serial` throughout: auto-fit reads the
 //! device's peak, which another test's tensors would disturb.
 
+mod abandoned;
 mod accumulation;
 mod auto_fit;
