@@ -64,7 +64,7 @@ pub use training::fit::{
 };
 pub use training::micro_batching::{
     MicroBatchChange, MicroBatchReason, MicroBatching, PASS_RECOMPUTE_RATIO_LIMIT,
-    RECOMPUTE_RATIO_LIMIT, UNPLANNED_RECOMPUTE_RATIO_LIMIT,
+    RECOMPUTE_RATIO_LIMIT, TRIAL_RECOMPUTE_RATIO, UNPLANNED_RECOMPUTE_RATIO_LIMIT,
 };
 pub use training::scaler::{
     GradScaler, GradScalerConfig, GradScalerError, GradScalerState, ScaledStep,

@@ -10,10 +10,14 @@
 //! batch's) is faster. [`MicroBatching`] reads both figures off the budget's counters
 //! ([`RematStats::recompute_ratio`]) after each step, splits further while a step under the
 //! budget's learned plan recomputes more than its forward pass, and goes back to the split
-//! before if the split's steps under their plan turn out slower. A step whose largest op
-//! alone holds more than the budget (the plan's op floor: that op's inputs and output, which
-//! no eviction lowers while it runs) splits too, for good: only a smaller batch keeps such a
-//! budget.
+//! before if the split's steps under their plan turn out slower. A planned step that
+//! recomputes less, but still a fair share of its forward pass
+//! ([`TRIAL_RECOMPUTE_RATIO`]), tries the next split once, judged the same way: whether a
+//! micro-batch's smaller batch or the whole batch's recomputation costs more depends on the
+//! device (small micro-batches leave a large GPU idle), so it is measured rather than
+//! predicted. A step whose largest op alone holds more than the budget (the plan's op floor:
+//! that op's inputs and output, which no eviction lowers while it runs) splits too, for good:
+//! only a smaller batch keeps such a budget.
 //!
 //! Steps the plan did not run from their start (a run's first three, and the first three at
 //! a new split, whose shapes the plan learns anew) are judged only against a far higher
@@ -33,6 +37,13 @@ use crate::training::accumulate::{AccumulationError, micro_batch_size};
 /// A step under the budget's plan recomputing more than this many times its forward pass's
 /// work is split further: checkpointing recomputes each forward op at most once.
 pub const RECOMPUTE_RATIO_LIMIT: f64 = 1.0;
+
+/// A step under the budget's plan recomputing more than this many times its forward pass's
+/// work (but not more than [`RECOMPUTE_RATIO_LIMIT`]) tries the next split, and goes back if
+/// that split's steps are slower: a large model's micro-batches keep the GPU busy and
+/// recompute nothing, a small model's leave it idle, and which costs more than the
+/// recomputation is measured rather than predicted.
+pub const TRIAL_RECOMPUTE_RATIO: f64 = 0.3;
 
 /// The same limit for a step the budget's plan did not run from its start (see the module
 /// doc): only a step far over it splits at once.
@@ -57,6 +68,13 @@ pub const PASS_RECOMPUTE_RATIO_LIMIT: f64 = UNPLANNED_RECOMPUTE_RATIO_LIMIT;
 pub enum MicroBatchReason {
     /// The step recomputed `ratio` times its forward pass's work under the budget.
     Recomputing {
+        /// Recomputed work over the forward pass's work (the cost model's estimates).
+        ratio: f64,
+    },
+    /// The step recomputed `ratio` times its forward pass's work, under
+    /// [`RECOMPUTE_RATIO_LIMIT`] but over [`TRIAL_RECOMPUTE_RATIO`]: the next split is tried,
+    /// and left if its steps are slower.
+    Trying {
         /// Recomputed work over the forward pass's work (the cost model's estimates).
         ratio: f64,
     },
@@ -101,6 +119,12 @@ impl std::fmt::Display for MicroBatchChange {
                 "the budget recomputed {ratio:.1}x the forward pass's work: splitting the batch \
                  of {} into {} micro-batches of {to} (was {} of {from})",
                 self.batch, self.to, self.from
+            ),
+            MicroBatchReason::Trying { ratio } => write!(
+                f,
+                "the budget recomputed {ratio:.2}x the forward pass's work: trying {} \
+                 micro-batches of {to} (was {} of {from}), back if slower",
+                self.to, self.from
             ),
             MicroBatchReason::OpOverBudget { op_bytes, budget } => write!(
                 f,
@@ -256,7 +280,8 @@ impl MicroBatching {
             return Some(self.change(next, MicroBatchReason::OpOverBudget { op_bytes, budget }));
         }
         let ratio = step.recompute_ratio();
-        let limit = match planned && seen.planned > STEADY_STEPS {
+        let steady = planned && seen.planned > STEADY_STEPS;
+        let limit = match steady {
             true => RECOMPUTE_RATIO_LIMIT,
             false => UNPLANNED_RECOMPUTE_RATIO_LIMIT,
         };
@@ -264,6 +289,15 @@ impl MicroBatching {
             && let Some(next) = self.next_split()
         {
             return Some(self.change(next, MicroBatchReason::Recomputing { ratio }));
+        }
+        // A trial only from a split whose own time is known, and not while the split before
+        // it is still to be compared.
+        if steady
+            && ratio > TRIAL_RECOMPUTE_RATIO
+            && self.split_from.is_none()
+            && let Some(next) = self.next_split()
+        {
+            return Some(self.change(next, MicroBatchReason::Trying { ratio }));
         }
         // Keeping this split: compare it with the one it replaced, once, when it has run
         // [`STEADY_STEPS`] steps under its plan after the first.
@@ -326,7 +360,9 @@ impl MicroBatching {
     fn change(&mut self, to: usize, reason: MicroBatchReason) -> MicroBatchChange {
         let from = self.micro_batches;
         match reason {
-            MicroBatchReason::Recomputing { .. } => self.split_from = Some(from),
+            MicroBatchReason::Recomputing { .. } | MicroBatchReason::Trying { .. } => {
+                self.split_from = Some(from)
+            }
             MicroBatchReason::OpOverBudget { .. } => self.split_from = None,
             MicroBatchReason::Slower { .. } => {
                 self.split_from = None;
@@ -578,6 +614,78 @@ mod tests {
             None
         );
         assert_eq!(split.micro_batches(), 1);
+    }
+
+    #[test]
+    fn a_planned_step_recomputing_a_third_of_its_forward_pass_tries_the_next_split() {
+        // The 1.2 B GPT on an 80 GB H100 at two micro-batches of 32: 0.37x recomputed.
+        let mut split = MicroBatching::new(64, 2).unwrap();
+        for (planned, elapsed) in [(false, 9000), (true, 6000), (true, 4500)] {
+            assert_eq!(
+                split.decide(&step(100, 37), planned, ms(elapsed), Some(BUDGET)),
+                None
+            );
+        }
+        let change = split
+            .decide(&step(100, 37), true, ms(4480), Some(BUDGET))
+            .unwrap();
+        assert_eq!((change.from, change.to), (2, 4));
+        assert_eq!(change.reason, MicroBatchReason::Trying { ratio: 0.37 });
+        assert!(change.to_string().contains("back if slower"), "{change}");
+        // At 4 the plan recomputes 0.1x and its steady steps are faster: kept, and no further
+        // trial below the ratio.
+        for (planned, elapsed) in [(false, 7000), (true, 5000), (true, 4100), (true, 4000)] {
+            assert_eq!(
+                split.decide(&step(100, 10), planned, ms(elapsed), Some(BUDGET)),
+                None
+            );
+        }
+        for _ in 0..4 {
+            assert_eq!(
+                split.decide(&step(100, 10), true, ms(4000), Some(BUDGET)),
+                None
+            );
+        }
+        assert_eq!(split.micro_batches(), 4);
+        assert!(!split.is_settled());
+
+        // A trial whose steps are slower goes back for good, although the whole batch still
+        // recomputes more than the trial ratio.
+        let mut split = MicroBatching::new(8, 1).unwrap();
+        for (planned, elapsed) in [(false, 900), (true, 150), (true, 100)] {
+            assert_eq!(
+                split.decide(&step(100, 50), planned, ms(elapsed), Some(BUDGET)),
+                None
+            );
+        }
+        let change = split
+            .decide(&step(100, 50), true, ms(100), Some(BUDGET))
+            .unwrap();
+        assert_eq!(change.to, 2);
+        for (planned, elapsed) in [(false, 400), (true, 150), (true, 140)] {
+            assert_eq!(
+                split.decide(&step(100, 40), planned, ms(elapsed), Some(BUDGET)),
+                None
+            );
+        }
+        let change = split
+            .decide(&step(100, 40), true, ms(130), Some(BUDGET))
+            .unwrap();
+        assert_eq!((change.from, change.to), (2, 1));
+        assert!(split.is_settled());
+        assert_eq!(
+            split.decide(&step(100, 50), true, ms(100), Some(BUDGET)),
+            None
+        );
+        assert_eq!(split.micro_batches(), 1);
+        // At or under the trial ratio the split stays.
+        let mut split = MicroBatching::new(8, 1).unwrap();
+        for planned in [false, true, true, true, true] {
+            assert_eq!(
+                split.decide(&step(100, 30), planned, ms(100), Some(BUDGET)),
+                None
+            );
+        }
     }
 
     #[test]
