@@ -4,7 +4,8 @@
 # the split --fit chose on an 80 GB H100), and the reference model plain, at 1/3 and at 1/4
 # of its peak (`ref`, `ref3`, `ref4`: the trial must not slow them); PyTorch's anchors first.
 # Each run its own process and limit; logs come back as $OUT/trial-split.tgz, the steps
-# printed last. RUNS picks runs; STEPS_1B, STEPS_REF their steps.
+# printed last. RUNS picks runs; STEPS_1B, STEPS_REF their steps. `cref`, `cref3`, `cref4`:
+# the reference runs on `--device cuda` (burn-cuda, Burn's fusion).
 set -u
 cd "$(dirname "$0")"
 . ./lib.sh
@@ -21,12 +22,15 @@ for run in ${RUNS:-split acc8 acc4 ref ref3 ref4}; do
     split) flags="$big --budget auto --steps ${STEPS_1B:-14}"; limit=190 ;;
     acc8) flags="$big --accumulate 8 --steps 4"; limit=60 ;;
     acc4) flags="$big --accumulate 4 --steps 4"; limit=60 ;;
-    ref) flags="$ref"; limit=45 ;;
-    ref3) flags="$ref --budget 2698788865"; limit=50 ;;
-    ref4) flags="$ref --budget 2024091649"; limit=50 ;;
+    ref|cref) flags="$ref"; limit=45 ;;
+    ref3|cref3) flags="$ref --budget 2698788865"; limit=50 ;;
+    ref4|cref4) flags="$ref --budget 2024091649"; limit=50 ;;
   esac
+  # burn-cuda compiles every kernel again in each process.
+  case $run in c*) limit=${CUDA_LIMIT:-100} ;; esac
+  device=frugal-cuda; case $run in c*) device=cuda ;; esac
   rm -rf /tmp/o-$run
-  one $run $limit ./gpt --device frugal-cuda $flags --save-minutes 0 --out /tmp/o-$run
+  one $run $limit ./gpt --device $device $flags --save-minutes 0 --out /tmp/o-$run
   cp /tmp/o-$run/steps.json $R/steps-$run.json 2>/dev/null
 done
 tar czf $OUT/kernel-cache.tgz -C ../target frugal-cuda-kernels 2>/dev/null
