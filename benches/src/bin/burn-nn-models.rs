@@ -31,7 +31,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, ElementConversion, Int, Tensor};
 use clap::{Parser, ValueEnum};
 use frugal::{GradientAccumulation, MicroBatching, memory};
-use frugal_benches::peak_memory::probes::{CompileWaitsFor, compile_waits, compile_waits_since};
+use frugal_benches::peak_memory::probes::{
+    CompileWaitsFor, DriverInStep, compile_waits, compile_waits_since, driver_calls,
+};
 use gpt::Ad;
 use serde::Serialize;
 
@@ -94,6 +96,34 @@ struct Args {
     /// Let `frugal::MicroBatching` choose the micro-batches of each step under the budget.
     #[arg(long)]
     micro_batching: bool,
+    /// frugal-cuda: the device time of the second half of the steps (from the fourth on) by
+    /// kind of work, with CUDA events around every launch, product and copy (printed, and in
+    /// the JSON line as `kernel_profile`).
+    #[arg(long)]
+    profile_kernels: bool,
+    /// frugal-cuda under a budget: the allocator's growth limit as a multiple of the budget
+    /// (`1.25`), or `none`; by default the one `frugal::memory::set_budget` sets.
+    #[arg(long, value_parser = parse_growth_limit)]
+    growth_limit: Option<GrowthLimit>,
+}
+
+/// `--growth-limit`: none, or a multiple of the budget.
+#[derive(Clone, Copy, Debug)]
+enum GrowthLimit {
+    None,
+    OfBudget(f64),
+}
+
+fn parse_growth_limit(text: &str) -> Result<GrowthLimit, String> {
+    match text {
+        "none" => Ok(GrowthLimit::None),
+        _ => match text.parse::<f64>() {
+            Ok(ratio) if ratio >= 1.0 => Ok(GrowthLimit::OfBudget(ratio)),
+            _ => Err(format!(
+                "`{text}` is neither `none` nor a multiple of the budget of at least 1 (as `1.25`)"
+            )),
+        },
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
@@ -344,6 +374,10 @@ struct RunLine {
     /// changes of split with their reasons.
     micro_batches: Vec<usize>,
     split_changes: Vec<String>,
+    /// With `--profile-kernels` on frugal-cuda: the profiled steps' device time by kind.
+    kernel_profile: Option<gpt::kernel_profile::KernelProfile>,
+    /// frugal-cuda: what the allocator asked of the driver in each step (maps, unmaps, waits).
+    driver_per_step: Option<Vec<DriverInStep>>,
 }
 
 fn train<B: Backend, M>(args: &Args, model: M, device: &B::Device) -> RunLine
@@ -375,7 +409,14 @@ where
     };
     let accumulate = args.micro_batching || args.micro_batches > 1;
     let (mut micro_batches, mut split_changes) = (Vec::new(), Vec::new());
+    let profiled = gpt::kernel_profile::first_profiled_step(3, args.steps as u64) as usize;
+    let mut kernel_profile = None;
+    let mut driver_per_step = on_frugal_cuda.then(Vec::new);
     for step in 0..args.steps {
+        let driver_before = driver_calls(device);
+        if args.profile_kernels && step == profiled {
+            gpt::kernel_profile::start(device);
+        }
         if step == 3 {
             early_peak = memory::peak_bytes(device);
             memory::reset_peak(device);
@@ -419,6 +460,13 @@ where
         };
         losses.push(loss);
         step_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        if let (Some(all), Some(now), Some(before)) = (
+            driver_per_step.as_mut(),
+            driver_calls(device),
+            driver_before,
+        ) {
+            all.push(now.since(&before));
+        }
         if let Some(read) = counts {
             let now = read();
             let during = now.since(&last_counts.unwrap_or_default());
@@ -453,6 +501,12 @@ where
             "step {step}: loss {:.4}, {:.1} ms",
             losses[step], step_ms[step]
         );
+        if args.profile_kernels && step + 1 == args.steps {
+            kernel_profile = gpt::kernel_profile::finish(device, &step_ms[profiled..]);
+            if let Some(profile) = &kernel_profile {
+                eprint!("{profile}");
+            }
+        }
     }
     let remat = memory::remat_stats(device);
     let allocator = gpt::diagnostics::allocator_peaks(device);
@@ -497,6 +551,8 @@ where
         conv_fallbacks: frugal::kernels::stats().conv_fallbacks,
         micro_batches,
         split_changes,
+        kernel_profile,
+        driver_per_step,
     }
 }
 
@@ -508,6 +564,13 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> RunLine {
         .budget
         .or_else(|| Some((args.budget_of? as f64 * args.fraction?) as u64));
     memory::set_budget(&device, budget);
+    if let (Some(limit), Some(budget)) = (args.growth_limit, budget) {
+        let bytes = match limit {
+            GrowthLimit::None => None,
+            GrowthLimit::OfBudget(ratio) => Some((budget as f64 * ratio) as u64),
+        };
+        memory::set_growth_limit(&device, bytes);
+    }
     frugal::kernels::set_conv_algorithm(match args.conv {
         ConvChoice::OneKernel => frugal::kernels::ConvAlgorithm::OneKernel,
         ConvChoice::Autotune => frugal::kernels::ConvAlgorithm::Autotune,

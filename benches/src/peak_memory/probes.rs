@@ -126,6 +126,9 @@ pub struct DriverInStep {
     /// addresses to keep reserved bytes within the growth limit).
     pub mapped_bytes: u64,
     pub unmapped_bytes: u64,
+    /// Host time the misses took: CubeCL handing back its free slots, then the allocator.
+    pub miss_cleanup_ms: f64,
+    pub miss_grow_ms: f64,
 }
 
 impl DriverInStep {
@@ -141,6 +144,8 @@ impl DriverInStep {
             waits_ms: self.waits_ms - before.waits_ms,
             mapped_bytes: self.mapped_bytes - before.mapped_bytes,
             unmapped_bytes: self.unmapped_bytes - before.unmapped_bytes,
+            miss_cleanup_ms: self.miss_cleanup_ms - before.miss_cleanup_ms,
+            miss_grow_ms: self.miss_grow_ms - before.miss_grow_ms,
         }
     }
 }
@@ -165,6 +170,8 @@ pub fn driver_calls<D: 'static>(device: &D) -> Option<DriverInStep> {
             waits_ms: ms(times.waits.nanos),
             mapped_bytes: report.stats.mapped_bytes,
             unmapped_bytes: report.stats.unmapped_bytes,
+            miss_cleanup_ms: ms(report.registry.miss_cleanup_nanos),
+            miss_grow_ms: ms(report.registry.miss_grow_nanos),
         });
     }
     None
@@ -270,6 +277,8 @@ mod tests {
             waits_ms: 2.0,
             mapped_bytes: 1 << 20,
             unmapped_bytes: 0,
+            miss_cleanup_ms: 0.25,
+            miss_grow_ms: 0.5,
         };
         let after = DriverInStep {
             misses: 11,
@@ -281,6 +290,8 @@ mod tests {
             waits_ms: 2.25,
             mapped_bytes: 5 << 20,
             unmapped_bytes: 1 << 20,
+            miss_cleanup_ms: 1.0,
+            miss_grow_ms: 0.75,
         };
         let step = after.since(&before);
         assert_eq!(
@@ -291,6 +302,7 @@ mod tests {
             (step.maps_ms, step.unmaps_ms, step.waits_ms),
             (1.5, 0.5, 0.25)
         );
+        assert_eq!((step.miss_cleanup_ms, step.miss_grow_ms), (0.75, 0.25));
         assert_eq!((step.mapped_bytes, step.unmapped_bytes), (4 << 20, 1 << 20));
     }
 

@@ -14,6 +14,11 @@
 //!   has CubeCL hand every free slot back (`cleanup(true)` → `dealloc` → coalesce), and only then
 //!   lets the allocator grow. Memory is therefore only reserved when what is really live,
 //!   packed by the allocator, does not fit.
+//! - That hand-back rebuilds CubeCL's whole list of slots, so under a tight growth limit, where
+//!   most large requests miss, the host can spend more time in it than the device spends on
+//!   the step. The registry watches the share of time its misses take and, past
+//!   [`MISS_TIME_SHARE`], raises the allocator's growth limit by an eighth: reserved memory
+//!   stays near the limit where keeping to it is cheap and gives way where it is not.
 //!
 //! Everything here is generic over [`DeviceMemory`], so it runs on the
 //! [`super::allocator::SimulatedDevice`] in the CPU tests exactly as on CUDA.
@@ -21,6 +26,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cubecl_common::backtrace::BackTrace;
 use cubecl_core::ir::MemoryDeviceProperties;
@@ -37,6 +43,14 @@ pub use crate::allocator::TraceEvent;
 use crate::allocator::{
     ALIGNMENT, AllocError, BlockHandle, CachingAllocator, DeviceMemory, OomInfo, Stats,
 };
+
+/// The share of the time that the registry's misses (CubeCL handing back its free slots, then
+/// the allocator) may take, judged over [`MISS_WINDOW`], before it raises the allocator's
+/// growth limit by an eighth (see [`HandleRegistry::set_miss_time_share`]).
+pub const MISS_TIME_SHARE: f64 = 0.05;
+
+/// How long misses are timed before their share of the time is judged.
+pub const MISS_WINDOW: Duration = Duration::from_millis(100);
 
 /// How many kernel-argument slots [`AllocatorStorage::get`] cycles through. A launch passes the
 /// *address of* each buffer's device pointer to `cuLaunchKernel`, so those pointers must stay
@@ -238,6 +252,22 @@ pub struct RegistryCounters {
     /// frees lazily). Misses are when the device may be asked for more, so this is the live
     /// figure each growth decision was made against.
     pub peak_live_at_miss_bytes: u64,
+    /// Host time spent on misses having CubeCL hand back its free slots (its registry rebuilt,
+    /// each slot deallocated), in nanoseconds.
+    pub miss_cleanup_nanos: u64,
+    /// Host time spent on misses in the allocator after that (growth, the out-of-memory
+    /// handler), in nanoseconds.
+    pub miss_grow_nanos: u64,
+    /// Times the growth limit was raised because misses took more than their share of the
+    /// time (see [`MISS_TIME_SHARE`]).
+    pub growth_limit_raises: u64,
+}
+
+/// The misses of the current [`MISS_WINDOW`]: when it began, and their host time since.
+#[derive(Debug, Clone, Copy)]
+struct MissWindow {
+    since: Instant,
+    nanos: u64,
 }
 
 /// CubeCL's `MemoryManagement` used as a handle registry over an [`AllocatorStorage`]; see the
@@ -251,6 +281,10 @@ pub struct RegistryCounters {
 pub struct HandleRegistry<D: DeviceMemory + Send> {
     memory: MemoryManagement<AllocatorStorage<D>>,
     counters: RegistryCounters,
+    /// The share of the time misses may take before the growth limit is raised (`None`:
+    /// never raised for it).
+    miss_time_share: Option<f64>,
+    window: MissWindow,
     /// The first slot, where unbound handles resolve; held for the registry's life.
     _unallocated: ManagedMemoryHandle,
 }
@@ -290,6 +324,11 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         Self {
             memory,
             counters: RegistryCounters::default(),
+            miss_time_share: Some(MISS_TIME_SHARE),
+            window: MissWindow {
+                since: Instant::now(),
+                nanos: 0,
+            },
             _unallocated: unallocated,
         }
     }
@@ -309,9 +348,12 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             }
         }
         self.counters.misses += 1;
+        let started = std::time::Instant::now();
         self.memory.cleanup(true);
         let live = self.memory_usage().bytes_in_use;
         self.counters.peak_live_at_miss_bytes = self.counters.peak_live_at_miss_bytes.max(live);
+        let cleaned = std::time::Instant::now();
+        self.counters.miss_cleanup_nanos += (cleaned - started).as_nanos() as u64;
         let handler_calls = self.stats().oom_handler_calls;
         let mut result = self.grow(size);
         // A handler that freed tensors only dropped client handles: CubeCL notices those slots
@@ -321,10 +363,48 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             self.memory.cleanup(true);
             result = self.grow(size);
         }
+        let done = Instant::now();
+        self.counters.miss_grow_nanos += (done - cleaned).as_nanos() as u64;
+        self.judge_misses(done, (done - started).as_nanos() as u64);
         result.map_err(|e| {
             self.counters.failures += 1;
             self.take_error(size, e)
         })
+    }
+
+    /// Adds a miss's host time to the current window; at the window's end, raises the growth
+    /// limit by an eighth if misses took more than their share of it.
+    fn judge_misses(&mut self, now: Instant, nanos: u64) {
+        self.window.nanos += nanos;
+        let elapsed = now.saturating_duration_since(self.window.since);
+        if elapsed < MISS_WINDOW {
+            return;
+        }
+        let share = self.window.nanos as f64 / elapsed.as_nanos().max(1) as f64;
+        self.window = MissWindow {
+            since: now,
+            nanos: 0,
+        };
+        let allocator = self.memory.storage().allocator_mut();
+        if let (Some(allowed), Some(limit)) = (self.miss_time_share, allocator.growth_limit())
+            && share > allowed
+        {
+            allocator.set_growth_limit(Some(limit.saturating_add(limit / 8)));
+            self.counters.growth_limit_raises += 1;
+            log::debug!(
+                "frugal-cuda: misses took {:.0}% of the last {} ms; growth limit raised to {} B",
+                share * 100.0,
+                elapsed.as_millis(),
+                limit.saturating_add(limit / 8)
+            );
+        }
+    }
+
+    /// Sets the share of the time misses may take before the growth limit is raised by an
+    /// eighth (default [`MISS_TIME_SHARE`]); `None` keeps the limit where it is set, whatever
+    /// the misses cost.
+    pub fn set_miss_time_share(&mut self, share: Option<f64>) {
+        self.miss_time_share = share;
     }
 
     fn grow(&mut self, size: u64) -> Result<ManagedMemoryHandle, IoError> {

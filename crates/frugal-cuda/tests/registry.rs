@@ -285,3 +285,66 @@ fn recorded_reference_steps_through_cubecl_reserve_at_most_1_1x_their_live_peak(
         "peak reserved {ratio:.4}x the live peak: above the 1.1x goal"
     );
 }
+
+/// Drops the oldest of `live` tensors and reserves one of a size no freed slot has, for
+/// `duration`: under a growth limit at what is reserved, every reservation misses (the freed
+/// slot is CubeCL's until it hands it back). Returns the reservations made.
+fn churn_missing(
+    reg: &mut HandleRegistry<SimulatedDevice>,
+    live: &mut std::collections::VecDeque<Tensor>,
+    duration: std::time::Duration,
+) -> u64 {
+    let started = std::time::Instant::now();
+    let mut made = 0u64;
+    while started.elapsed() < duration {
+        live.pop_front();
+        let bytes = 4 * MIB - 512 * (1 + made % 2000);
+        live.push_back(allocate(reg, bytes).unwrap());
+        made += 1;
+    }
+    made
+}
+
+/// A registry whose growth limit is what 64 live 4 MiB tensors reserve, with those tensors.
+fn tight_registry() -> (
+    HandleRegistry<SimulatedDevice>,
+    std::collections::VecDeque<Tensor>,
+) {
+    let mut reg = registry(AllocatorConfig::default());
+    let live: std::collections::VecDeque<Tensor> = (0..64)
+        .map(|_| allocate(&mut reg, 4 * MIB).unwrap())
+        .collect();
+    let reserved = reg.stats().reserved_bytes;
+    reg.set_growth_limit(Some(reserved));
+    (reg, live)
+}
+
+#[test]
+fn misses_that_take_most_of_the_time_raise_the_growth_limit() {
+    let (mut reg, mut live) = tight_registry();
+    let limit = reg.stats().reserved_bytes;
+    let made = churn_missing(&mut reg, &mut live, 3 * frugal_cuda::storage::MISS_WINDOW);
+    let counters = reg.counters();
+    assert!(
+        counters.misses * 20 > made,
+        "the churn should miss often: {} of {made} reservations",
+        counters.misses
+    );
+    assert!(
+        counters.growth_limit_raises >= 1,
+        "misses were nearly all of the time, yet the limit was not raised: {counters:?}"
+    );
+    let raised = reg.storage().allocator().growth_limit().unwrap();
+    assert!(
+        raised >= limit + limit / 8,
+        "each raise adds an eighth: {raised} B from {limit} B"
+    );
+}
+
+#[test]
+fn without_a_miss_share_the_growth_limit_stays_however_much_misses_cost() {
+    let (mut reg, mut live) = tight_registry();
+    reg.set_miss_time_share(None);
+    churn_missing(&mut reg, &mut live, 3 * frugal_cuda::storage::MISS_WINDOW);
+    assert_eq!(reg.counters().growth_limit_raises, 0);
+}

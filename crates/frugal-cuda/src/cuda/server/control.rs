@@ -17,6 +17,7 @@ use crate::storage::{RegistryCounters, TraceEvent};
 pub(crate) enum ControlRequest {
     Cap(Option<u64>),
     GrowthLimit(Option<u64>),
+    MissTimeShare(Option<f64>),
     OomHandler(Box<dyn FnMut(&OomInfo) -> bool + Send>),
     ClearOomHandler,
     ResetPeaks,
@@ -120,6 +121,10 @@ impl FrugalCudaServer {
                 ControlRequest::Cap(cap) => self.memory.set_cap(cap),
                 ControlRequest::GrowthLimit(limit) => {
                     self.memory.set_growth_limit(limit);
+                    Ok(())
+                }
+                ControlRequest::MissTimeShare(share) => {
+                    self.memory.set_miss_time_share(share);
                     Ok(())
                 }
                 ControlRequest::OomHandler(handler) => {
