@@ -105,6 +105,10 @@ struct Args {
     /// (`1.25`), or `none`; by default the one `frugal::memory::set_budget` sets.
     #[arg(long, value_parser = parse_growth_limit)]
     growth_limit: Option<GrowthLimit>,
+    /// frugal-cuda: the share of the time the allocator's misses may take before it raises the
+    /// growth limit by an eighth (`frugal_cuda::set_miss_time_share`; default: never).
+    #[arg(long)]
+    miss_time_share: Option<f64>,
 }
 
 /// `--growth-limit`: none, or a multiple of the budget.
@@ -556,6 +560,14 @@ where
     }
 }
 
+/// `--miss-time-share` on a frugal-cuda device.
+fn set_miss_time_share<D: 'static>(device: &D, share: f64) {
+    match (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>() {
+        Some(device) => frugal_cuda::set_miss_time_share(device, Some(share)),
+        None => eprintln!("--miss-time-share {share}: not a frugal-cuda device, ignored"),
+    }
+}
+
 fn run<B: Backend>(args: &Args, device: B::Device) -> RunLine {
     <Ad<B> as Backend>::seed(&device, 42);
     // Before the model is built: parameters made before a budget is set are not managed, and
@@ -570,6 +582,9 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> RunLine {
             GrowthLimit::OfBudget(ratio) => Some((budget as f64 * ratio) as u64),
         };
         memory::set_growth_limit(&device, bytes);
+    }
+    if let Some(share) = args.miss_time_share {
+        set_miss_time_share(&device, share);
     }
     frugal::kernels::set_conv_algorithm(match args.conv {
         ConvChoice::OneKernel => frugal::kernels::ConvAlgorithm::OneKernel,

@@ -16,9 +16,12 @@
 //!   packed by the allocator, does not fit.
 //! - That hand-back rebuilds CubeCL's whole list of slots, so under a tight growth limit, where
 //!   most large requests miss, the host can spend more time in it than the device spends on
-//!   the step. The registry watches the share of time its misses take and, past
-//!   [`MISS_TIME_SHARE`], raises the allocator's growth limit by an eighth: reserved memory
-//!   stays near the limit where keeping to it is cheap and gives way where it is not.
+//!   the step. Asked to ([`HandleRegistry::set_miss_time_share`], off by default), the
+//!   registry watches the share of time its misses take and, past that share, raises the
+//!   allocator's growth limit by an eighth: reserved memory stays near the limit where keeping
+//!   to it is cheap and gives way where it is not. It is off by default because it judges
+//!   time windows, not settled steps: misses while a run warms up (compiling, learning its
+//!   step) raise the limit for good even where the settled steps would keep to it cheaply.
 //!
 //! Everything here is generic over [`DeviceMemory`], so it runs on the
 //! [`super::allocator::SimulatedDevice`] in the CPU tests exactly as on CUDA.
@@ -44,9 +47,9 @@ use crate::allocator::{
     ALIGNMENT, AllocError, BlockHandle, CachingAllocator, DeviceMemory, OomInfo, Stats,
 };
 
-/// The share of the time that the registry's misses (CubeCL handing back its free slots, then
-/// the allocator) may take, judged over [`MISS_WINDOW`], before it raises the allocator's
-/// growth limit by an eighth (see [`HandleRegistry::set_miss_time_share`]).
+/// A share of the time to give [`HandleRegistry::set_miss_time_share`]: the registry's misses
+/// (CubeCL handing back its free slots, then the allocator) may take this much of a
+/// [`MISS_WINDOW`] before it raises the allocator's growth limit by an eighth.
 pub const MISS_TIME_SHARE: f64 = 0.05;
 
 /// How long misses are timed before their share of the time is judged.
@@ -324,7 +327,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         Self {
             memory,
             counters: RegistryCounters::default(),
-            miss_time_share: Some(MISS_TIME_SHARE),
+            miss_time_share: None,
             window: MissWindow {
                 since: Instant::now(),
                 nanos: 0,
@@ -401,8 +404,8 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     }
 
     /// Sets the share of the time misses may take before the growth limit is raised by an
-    /// eighth (default [`MISS_TIME_SHARE`]); `None` keeps the limit where it is set, whatever
-    /// the misses cost.
+    /// eighth (as [`MISS_TIME_SHARE`]); `None`, the default, keeps the limit where it is set,
+    /// whatever the misses cost.
     pub fn set_miss_time_share(&mut self, share: Option<f64>) {
         self.miss_time_share = share;
     }

@@ -322,6 +322,7 @@ fn tight_registry() -> (
 #[test]
 fn misses_that_take_most_of_the_time_raise_the_growth_limit() {
     let (mut reg, mut live) = tight_registry();
+    reg.set_miss_time_share(Some(frugal_cuda::storage::MISS_TIME_SHARE));
     let limit = reg.stats().reserved_bytes;
     let made = churn_missing(&mut reg, &mut live, 3 * frugal_cuda::storage::MISS_WINDOW);
     let counters = reg.counters();
@@ -342,9 +343,8 @@ fn misses_that_take_most_of_the_time_raise_the_growth_limit() {
 }
 
 #[test]
-fn without_a_miss_share_the_growth_limit_stays_however_much_misses_cost() {
+fn by_default_the_growth_limit_stays_however_much_misses_cost() {
     let (mut reg, mut live) = tight_registry();
-    reg.set_miss_time_share(None);
     churn_missing(&mut reg, &mut live, 3 * frugal_cuda::storage::MISS_WINDOW);
     assert_eq!(reg.counters().growth_limit_raises, 0);
 }

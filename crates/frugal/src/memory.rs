@@ -203,9 +203,8 @@ pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
 /// (buffers a fused kernel or a library call allocates for itself, and each tensor's rounding
 /// to the allocator's block size) and for fragmentation. Below it, reserving memory is cheap;
 /// above it, each allocation that finds no cached block gives back and maps memory again.
-/// Where keeping to it costs the host more than a small share of the time (each miss has
-/// CubeCL hand back its free slots), frugal-cuda raises it (see
-/// `frugal_cuda::set_miss_time_share`).
+/// Where keeping to it costs the host much time (each miss has CubeCL hand back its free
+/// slots), `frugal_cuda::set_miss_time_share` lets frugal-cuda raise it.
 pub const RESERVE_HEADROOM: f64 = 0.125;
 
 /// Sets the soft limit on the bytes a frugal-cuda device's allocator reserves (`None`: none):

@@ -300,8 +300,8 @@ pub fn set_growth_limit(device: &FrugalCudaDevice, limit: Option<u64>) {
 
 /// Sets the share of the time that the allocator's misses (reservations that find no cached
 /// block and first have CubeCL hand back its free slots) may take before the growth limit is
-/// raised by an eighth (default `storage::MISS_TIME_SHARE`, judged over
-/// `storage::MISS_WINDOW`); `None` keeps the limit where it was set, whatever the misses cost.
+/// raised by an eighth (as `storage::MISS_TIME_SHARE`, judged over `storage::MISS_WINDOW`);
+/// `None`, the default, keeps the limit where it was set, whatever the misses cost.
 pub fn set_miss_time_share(device: &FrugalCudaDevice, share: Option<f64>) {
     let _ = apply(device, ControlRequest::MissTimeShare(share));
 }
