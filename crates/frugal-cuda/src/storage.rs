@@ -351,11 +351,11 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             }
         }
         self.counters.misses += 1;
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         self.memory.cleanup(true);
         let live = self.memory_usage().bytes_in_use;
         self.counters.peak_live_at_miss_bytes = self.counters.peak_live_at_miss_bytes.max(live);
-        let cleaned = std::time::Instant::now();
+        let cleaned = Instant::now();
         self.counters.miss_cleanup_nanos += (cleaned - started).as_nanos() as u64;
         let handler_calls = self.stats().oom_handler_calls;
         let mut result = self.grow(size);
@@ -392,13 +392,13 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         if let (Some(allowed), Some(limit)) = (self.miss_time_share, allocator.growth_limit())
             && share > allowed
         {
-            allocator.set_growth_limit(Some(limit.saturating_add(limit / 8)));
+            let raised = limit.saturating_add(limit / 8);
+            allocator.set_growth_limit(Some(raised));
             self.counters.growth_limit_raises += 1;
             log::debug!(
-                "frugal-cuda: misses took {:.0}% of the last {} ms; growth limit raised to {} B",
+                "frugal-cuda: misses took {:.0}% of the last {} ms; growth limit raised to {raised} B",
                 share * 100.0,
                 elapsed.as_millis(),
-                limit.saturating_add(limit / 8)
             );
         }
     }
