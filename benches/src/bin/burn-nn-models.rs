@@ -32,7 +32,8 @@ use burn::tensor::{Distribution, ElementConversion, Int, Tensor};
 use clap::{Parser, ValueEnum};
 use frugal::{GradientAccumulation, MicroBatching, memory};
 use frugal_benches::peak_memory::probes::{
-    CompileWaitsFor, DriverInStep, compile_waits, compile_waits_since, driver_calls,
+    AllocatorFigures, CompileWaitsFor, DriverInStep, allocator_figures, compile_waits,
+    compile_waits_since, driver_calls,
 };
 use gpt::Ad;
 use serde::Serialize;
@@ -105,10 +106,27 @@ struct Args {
     /// (`1.25`), or `none`; by default the one `frugal::memory::set_budget` sets.
     #[arg(long, value_parser = parse_growth_limit)]
     growth_limit: Option<GrowthLimit>,
-    /// frugal-cuda: the share of the time the allocator's misses may take before it raises the
-    /// growth limit by an eighth (`frugal_cuda::set_miss_time_share`; default: never).
-    #[arg(long)]
-    miss_time_share: Option<f64>,
+    /// frugal-cuda: the share of a settled step the allocator's misses may take before it
+    /// raises the growth limit by an eighth (`frugal_cuda::set_miss_time_share`), or `off`
+    /// (never raised); by default frugal-cuda's own.
+    #[arg(long, value_parser = parse_miss_time_share)]
+    miss_time_share: Option<MissTimeShare>,
+}
+
+/// `--miss-time-share`: off, or a share of the step.
+#[derive(Clone, Copy, Debug)]
+struct MissTimeShare(Option<f64>);
+
+fn parse_miss_time_share(text: &str) -> Result<MissTimeShare, String> {
+    match text {
+        "off" => Ok(MissTimeShare(None)),
+        _ => match text.parse::<f64>() {
+            Ok(share) if share > 0.0 && share < 1.0 => Ok(MissTimeShare(Some(share))),
+            _ => Err(format!(
+                "`{text}` is neither `off` nor a share of the step between 0 and 1 (as `0.05`)"
+            )),
+        },
+    }
 }
 
 /// `--growth-limit`: none, or a multiple of the budget.
@@ -382,6 +400,10 @@ struct RunLine {
     kernel_profile: Option<gpt::kernel_profile::KernelProfile>,
     /// frugal-cuda: what the allocator asked of the driver in each step (maps, unmaps, waits).
     driver_per_step: Option<Vec<DriverInStep>>,
+    /// frugal-cuda: the allocator's figures at the end (its growth limit and its raises).
+    allocator: Option<AllocatorFigures>,
+    /// Steps begun under a settled plan (marked for the allocator on frugal-cuda).
+    settled_steps: u64,
 }
 
 fn train<B: Backend, M>(args: &Args, model: M, device: &B::Device) -> RunLine
@@ -557,14 +579,16 @@ where
         split_changes,
         kernel_profile,
         driver_per_step,
+        allocator: allocator_figures(device),
+        settled_steps: remat.settled_steps,
     }
 }
 
 /// `--miss-time-share` on a frugal-cuda device.
-fn set_miss_time_share<D: 'static>(device: &D, share: f64) {
+fn set_miss_time_share<D: 'static>(device: &D, share: Option<f64>) {
     match (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>() {
-        Some(device) => frugal_cuda::set_miss_time_share(device, Some(share)),
-        None => eprintln!("--miss-time-share {share}: not a frugal-cuda device, ignored"),
+        Some(device) => frugal_cuda::set_miss_time_share(device, share),
+        None => eprintln!("--miss-time-share: not a frugal-cuda device, ignored"),
     }
 }
 
@@ -583,7 +607,7 @@ fn run<B: Backend>(args: &Args, device: B::Device) -> RunLine {
         };
         memory::set_growth_limit(&device, bytes);
     }
-    if let Some(share) = args.miss_time_share {
+    if let Some(MissTimeShare(share)) = args.miss_time_share {
         set_miss_time_share(&device, share);
     }
     frugal::kernels::set_conv_algorithm(match args.conv {

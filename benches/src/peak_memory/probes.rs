@@ -196,6 +196,12 @@ pub struct AllocatorFigures {
     pub misses: u64,
     /// The highest live bytes when a reservation found no cached block.
     pub peak_live_at_miss_bytes: u64,
+    /// The growth limit at the end (`None`: none).
+    pub growth_limit: Option<u64>,
+    /// Times it was raised because misses took too much of a marked step, and the steps
+    /// marked (Frugal's budget marks the steps of a settled plan).
+    pub growth_limit_raises: u64,
+    pub marked_steps: u64,
 }
 
 /// frugal-cuda's report for `device`, if it is a frugal-cuda device.
@@ -215,6 +221,9 @@ pub fn allocator_figures<D: 'static>(device: &D) -> Option<AllocatorFigures> {
             reservations: report.registry.reservations,
             misses: report.registry.misses,
             peak_live_at_miss_bytes: report.registry.peak_live_at_miss_bytes,
+            growth_limit: report.stats.growth_limit,
+            growth_limit_raises: report.registry.growth_limit_raises,
+            marked_steps: report.registry.marked_steps,
         });
     }
     None

@@ -127,8 +127,8 @@ pub use cuda::{
     FrugalCuda, FrugalCudaDevice, FrugalCudaRuntime, FrugalCudaServer, FrugalCudaUnfused,
     HeldDeviceMemory, KernelLoads, LaunchTimings, LaunchTotal, MemoryReport, NVRTC_OPTIONS_ENV,
     PRECOMPILED_HEADERS_ENV, allocator_history, allocator_snapshot, blas_available, check_device,
-    clear_oom_handler, compile_waits, device_count, hold_device_memory, kernel_loads, matmul,
-    memory_report, nccl_available, record_allocation_trace, reset_peak_memory, set_growth_limit,
-    set_launch_timing, set_memory_cap, set_miss_time_share, set_oom_handler, take_launch_timings,
-    tf32_cores, upload, write_allocation_trace,
+    clear_oom_handler, compile_waits, device_count, hold_device_memory, kernel_loads, mark_step,
+    matmul, memory_report, nccl_available, record_allocation_trace, reset_peak_memory,
+    set_growth_limit, set_launch_timing, set_memory_cap, set_miss_time_share, set_oom_handler,
+    take_launch_timings, tf32_cores, upload, write_allocation_trace,
 };

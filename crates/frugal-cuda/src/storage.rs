@@ -16,12 +16,15 @@
 //!   packed by the allocator, does not fit.
 //! - That hand-back rebuilds CubeCL's whole list of slots, so under a tight growth limit, where
 //!   most large requests miss, the host can spend more time in it than the device spends on
-//!   the step. Asked to ([`HandleRegistry::set_miss_time_share`], off by default), the
-//!   registry watches the share of time its misses take and, past that share, raises the
-//!   allocator's growth limit by an eighth: reserved memory stays near the limit where keeping
-//!   to it is cheap and gives way where it is not. It is off by default because it judges
-//!   time windows, not settled steps: misses while a run warms up (compiling, learning its
-//!   step) raise the limit for good even where the settled steps would keep to it cheaply.
+//!   the step. So the registry times its misses over each training step, as the caller marks
+//!   steps ([`HandleRegistry::mark_step`]; Frugal's budget marks the steps of a plan that has
+//!   settled), and where they took more than a share of the step
+//!   ([`HandleRegistry::set_miss_time_share`], [`MISS_TIME_SHARE`] unless set) beyond the time
+//!   the host waited for the device in it, it raises the allocator's growth limit by an eighth:
+//!   reserved memory stays near the limit where keeping to it is cheap (a step the device
+//!   bounds hides its misses in the host's slack) and gives way where it is not. Only marked
+//!   steps are judged: misses while a run warms up (compiling, learning its step) say nothing
+//!   of the steps that follow.
 //!
 //! Everything here is generic over [`DeviceMemory`], so it runs on the
 //! [`super::allocator::SimulatedDevice`] in the CPU tests exactly as on CUDA.
@@ -47,13 +50,11 @@ use crate::allocator::{
     ALIGNMENT, AllocError, BlockHandle, CachingAllocator, DeviceMemory, OomInfo, Stats,
 };
 
-/// A share of the time to give [`HandleRegistry::set_miss_time_share`]: the registry's misses
-/// (CubeCL handing back its free slots, then the allocator) may take this much of a
-/// [`MISS_WINDOW`] before it raises the allocator's growth limit by an eighth.
+/// The share of a marked step (see [`HandleRegistry::mark_step`]) that the registry's misses
+/// (CubeCL handing back its free slots, then the allocator) may take before it raises the
+/// allocator's growth limit by an eighth, unless [`HandleRegistry::set_miss_time_share`] says
+/// otherwise.
 pub const MISS_TIME_SHARE: f64 = 0.05;
-
-/// How long misses are timed before their share of the time is judged.
-pub const MISS_WINDOW: Duration = Duration::from_millis(100);
 
 /// How many kernel-argument slots [`AllocatorStorage::get`] cycles through. A launch passes the
 /// *address of* each buffer's device pointer to `cuLaunchKernel`, so those pointers must stay
@@ -261,14 +262,16 @@ pub struct RegistryCounters {
     /// Host time spent on misses in the allocator after that (growth, the out-of-memory
     /// handler), in nanoseconds.
     pub miss_grow_nanos: u64,
-    /// Times the growth limit was raised because misses took more than their share of the
-    /// time (see [`MISS_TIME_SHARE`]).
+    /// Times the growth limit was raised because misses took more than their share of a
+    /// marked step (see [`MISS_TIME_SHARE`]).
     pub growth_limit_raises: u64,
+    /// Steps marked by the caller ([`HandleRegistry::mark_step`]).
+    pub marked_steps: u64,
 }
 
-/// The misses of the current [`MISS_WINDOW`]: when it began, and their host time since.
+/// The misses of the step being timed: when it began (its mark), and their host time since.
 #[derive(Debug, Clone, Copy)]
-struct MissWindow {
+struct StepMisses {
     since: Instant,
     nanos: u64,
 }
@@ -284,10 +287,11 @@ struct MissWindow {
 pub struct HandleRegistry<D: DeviceMemory + Send> {
     memory: MemoryManagement<AllocatorStorage<D>>,
     counters: RegistryCounters,
-    /// The share of the time misses may take before the growth limit is raised (`None`:
+    /// The share of a marked step misses may take before the growth limit is raised (`None`:
     /// never raised for it).
     miss_time_share: Option<f64>,
-    window: MissWindow,
+    /// The step being timed, from its mark (`None`: no step marked yet).
+    step: Option<StepMisses>,
     /// The first slot, where unbound handles resolve; held for the registry's life.
     _unallocated: ManagedMemoryHandle,
 }
@@ -327,11 +331,8 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         Self {
             memory,
             counters: RegistryCounters::default(),
-            miss_time_share: None,
-            window: MissWindow {
-                since: Instant::now(),
-                nanos: 0,
-            },
+            miss_time_share: Some(MISS_TIME_SHARE),
+            step: None,
             _unallocated: unallocated,
         }
     }
@@ -368,26 +369,35 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         }
         let done = Instant::now();
         self.counters.miss_grow_nanos += (done - cleaned).as_nanos() as u64;
-        self.judge_misses(done, (done - started).as_nanos() as u64);
+        if let Some(step) = self.step.as_mut() {
+            step.nanos += (done - started).as_nanos() as u64;
+        }
         result.map_err(|e| {
             self.counters.failures += 1;
             self.take_error(size, e)
         })
     }
 
-    /// Adds a miss's host time to the current window; at the window's end, raises the growth
-    /// limit by an eighth if misses took more than their share of it.
-    fn judge_misses(&mut self, now: Instant, nanos: u64) {
-        self.window.nanos += nanos;
-        let elapsed = now.saturating_duration_since(self.window.since);
-        if elapsed < MISS_WINDOW {
-            return;
-        }
-        let share = self.window.nanos as f64 / elapsed.as_nanos().max(1) as f64;
-        self.window = MissWindow {
+    /// Marks the beginning of a training step (the end of the one before), in which the host
+    /// waited `host_waited` for the device: if misses took more than their share (see
+    /// [`Self::set_miss_time_share`]) of the time since the last mark beyond that wait, the
+    /// growth limit is raised by an eighth. Misses the host had time for (it waited for the
+    /// device longer) did not delay the step. The caller marks only steps that repeat the ones
+    /// that follow (Frugal's budget: those of a settled plan), so that a step that compiled
+    /// kernels or learned its plan does not raise the limit for the rest of the run.
+    pub fn mark_step(&mut self, host_waited: Duration) {
+        let now = Instant::now();
+        self.counters.marked_steps += 1;
+        let ended = self.step.replace(StepMisses {
             since: now,
             nanos: 0,
+        });
+        let Some(ended) = ended else {
+            return;
         };
+        let elapsed = now.saturating_duration_since(ended.since);
+        let delaying = ended.nanos.saturating_sub(host_waited.as_nanos() as u64);
+        let share = delaying as f64 / elapsed.as_nanos().max(1) as f64;
         let allocator = self.memory.storage().allocator_mut();
         if let (Some(allowed), Some(limit)) = (self.miss_time_share, allocator.growth_limit())
             && share > allowed
@@ -396,15 +406,17 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             allocator.set_growth_limit(Some(raised));
             self.counters.growth_limit_raises += 1;
             log::debug!(
-                "frugal-cuda: misses took {:.0}% of the last {} ms; growth limit raised to {raised} B",
-                share * 100.0,
+                "frugal-cuda: misses took {:.1} ms of the last step ({} ms; the host waited {:.1} \
+                 ms for the device); growth limit raised to {raised} B",
+                ended.nanos as f64 / 1e6,
                 elapsed.as_millis(),
+                host_waited.as_secs_f64() * 1e3,
             );
         }
     }
 
-    /// Sets the share of the time misses may take before the growth limit is raised by an
-    /// eighth (as [`MISS_TIME_SHARE`]); `None`, the default, keeps the limit where it is set,
+    /// Sets the share of a marked step misses may take before the growth limit is raised by
+    /// an eighth ([`MISS_TIME_SHARE`] unless set); `None` keeps the limit where it is set,
     /// whatever the misses cost.
     pub fn set_miss_time_share(&mut self, share: Option<f64>) {
         self.miss_time_share = share;

@@ -320,31 +320,63 @@ fn tight_registry() -> (
 }
 
 #[test]
-fn misses_that_take_most_of_the_time_raise_the_growth_limit() {
+fn a_marked_step_that_spent_its_time_missing_raises_the_growth_limit() {
     let (mut reg, mut live) = tight_registry();
-    reg.set_miss_time_share(Some(frugal_cuda::storage::MISS_TIME_SHARE));
     let limit = reg.stats().reserved_bytes;
-    let made = churn_missing(&mut reg, &mut live, 3 * frugal_cuda::storage::MISS_WINDOW);
+    reg.mark_step(std::time::Duration::ZERO);
+    let made = churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    reg.mark_step(std::time::Duration::ZERO);
     let counters = reg.counters();
     assert!(
         counters.misses * 20 > made,
         "the churn should miss often: {} of {made} reservations",
         counters.misses
     );
-    assert!(
-        counters.growth_limit_raises >= 1,
-        "misses were nearly all of the time, yet the limit was not raised: {counters:?}"
+    assert_eq!(
+        (counters.marked_steps, counters.growth_limit_raises),
+        (2, 1),
+        "misses were nearly all of the step, yet the limit was not raised once: {counters:?}"
     );
     let raised = reg.storage().allocator().growth_limit().unwrap();
-    assert!(
-        raised >= limit + limit / 8,
-        "each raise adds an eighth: {raised} B from {limit} B"
-    );
+    assert_eq!(raised, limit + limit / 8, "a raise adds an eighth");
 }
 
 #[test]
-fn by_default_the_growth_limit_stays_however_much_misses_cost() {
+fn misses_the_host_had_time_for_while_the_device_worked_keep_the_growth_limit() {
     let (mut reg, mut live) = tight_registry();
-    churn_missing(&mut reg, &mut live, 3 * frugal_cuda::storage::MISS_WINDOW);
+    let limit = reg.stats().reserved_bytes;
+    reg.mark_step(std::time::Duration::ZERO);
+    let started = std::time::Instant::now();
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    // The host then waited for the device longer than its misses took: they delayed nothing.
+    reg.mark_step(started.elapsed());
+    assert!(reg.counters().misses > 0);
     assert_eq!(reg.counters().growth_limit_raises, 0);
+    assert_eq!(reg.storage().allocator().growth_limit(), Some(limit));
+}
+
+#[test]
+fn a_marked_step_whose_misses_took_little_of_it_keeps_the_growth_limit() {
+    let (mut reg, mut live) = tight_registry();
+    let limit = reg.stats().reserved_bytes;
+    reg.mark_step(std::time::Duration::ZERO);
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(1));
+    // The rest of the step is the device's work, not the allocator's.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    reg.mark_step(std::time::Duration::ZERO);
+    assert!(reg.counters().misses > 0);
+    assert_eq!(reg.counters().growth_limit_raises, 0);
+    assert_eq!(reg.storage().allocator().growth_limit(), Some(limit));
+}
+
+#[test]
+fn without_marks_or_without_a_share_the_growth_limit_stays_however_much_misses_cost() {
+    let (mut reg, mut live) = tight_registry();
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    assert_eq!(reg.counters().growth_limit_raises, 0, "no step was marked");
+    reg.set_miss_time_share(None);
+    reg.mark_step(std::time::Duration::ZERO);
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    reg.mark_step(std::time::Duration::ZERO);
+    assert_eq!(reg.counters().growth_limit_raises, 0, "no share was set");
 }

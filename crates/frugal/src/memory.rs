@@ -177,7 +177,11 @@ fn tag<X: Backend, const D: usize>(tensor: Tensor<Frugal<X>, D>, role: Role) {
 /// for unfused tensors (`frugal_cuda::FrugalCudaUnfused`) only: under fusion a drop is work
 /// queued on the thread that is allocating, so nothing is dropped there. It also sets the
 /// allocator's growth limit to the budget plus [`RESERVE_HEADROOM`] of it (see
-/// [`set_growth_limit`]).
+/// [`set_growth_limit`]), and marks for the allocator each step that begins once the step
+/// plan has settled (`frugal_cuda::mark_step`): where its misses took more than a share of
+/// such a step, the allocator raises the growth limit by an eighth, trading reserved bytes
+/// the device has free for the host time each miss costs (`frugal_cuda::set_miss_time_share`
+/// with `None` keeps the limit).
 pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
     let state = DeviceState::of_device(device);
     match bytes {
@@ -192,6 +196,9 @@ pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
         Box::new(move |requested| state.reclaim(Reclaim::Allocation { bytes: requested }))
     });
     set_oom_rescue(device, rescue);
+    state
+        .budget
+        .set_step_hook(bytes.and_then(|_| runtime::step_mark(device)));
     set_growth_limit(
         device,
         bytes.map(|b| b.saturating_add((b as f64 * RESERVE_HEADROOM) as u64)),
@@ -203,8 +210,8 @@ pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
 /// (buffers a fused kernel or a library call allocates for itself, and each tensor's rounding
 /// to the allocator's block size) and for fragmentation. Below it, reserving memory is cheap;
 /// above it, each allocation that finds no cached block gives back and maps memory again.
-/// Where keeping to it costs the host much time (each miss has CubeCL hand back its free
-/// slots), `frugal_cuda::set_miss_time_share` lets frugal-cuda raise it.
+/// Where keeping to it costs the host much time in a settled step (each miss has CubeCL hand
+/// back its free slots), frugal-cuda raises it (see [`set_budget`]).
 pub const RESERVE_HEADROOM: f64 = 0.125;
 
 /// Sets the soft limit on the bytes a frugal-cuda device's allocator reserves (`None`: none):

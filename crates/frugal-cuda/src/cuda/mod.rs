@@ -298,12 +298,20 @@ pub fn set_growth_limit(device: &FrugalCudaDevice, limit: Option<u64>) {
     let _ = apply(device, ControlRequest::GrowthLimit(limit));
 }
 
-/// Sets the share of the time that the allocator's misses (reservations that find no cached
-/// block and first have CubeCL hand back its free slots) may take before the growth limit is
-/// raised by an eighth (as `storage::MISS_TIME_SHARE`, judged over `storage::MISS_WINDOW`);
-/// `None`, the default, keeps the limit where it was set, whatever the misses cost.
+/// Sets the share of a marked step (see [`mark_step`]) that the allocator's misses
+/// (reservations that find no cached block and first have CubeCL hand back its free slots) may
+/// take before the growth limit is raised by an eighth (`storage::MISS_TIME_SHARE` unless set);
+/// `None` keeps the limit where it was set, whatever the misses cost.
 pub fn set_miss_time_share(device: &FrugalCudaDevice, share: Option<f64>) {
     let _ = apply(device, ControlRequest::MissTimeShare(share));
+}
+
+/// Tells the allocator that a training step begins, so that it judges the step before: if
+/// its misses took more than their share of it (see [`set_miss_time_share`]), the growth limit
+/// is raised by an eighth. Frugal's memory budget marks each step of a settled plan. It waits
+/// for nothing: the server takes the mark at its next launch or allocation.
+pub fn mark_step(device: &FrugalCudaDevice) {
+    client(device).info().request(ControlRequest::MarkStep);
 }
 
 /// Installs the handler called, on the server's thread, when an allocation finds no memory

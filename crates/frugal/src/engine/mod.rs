@@ -282,7 +282,13 @@ pub(crate) struct Budget {
     recompute_limit_bits: AtomicU64,
     /// The pass being watched against the recompute limit.
     pass: PassWatch,
+    /// Called when a step begins under a settled plan (see [`Budget::set_step_hook`]).
+    step_hook: Mutex<Option<StepHook>>,
 }
+
+/// What [`Budget::set_step_hook`] calls when a step begins under a plan whose cuts stopped
+/// adapting.
+pub(crate) type StepHook = Box<dyn Fn() + Send + Sync>;
 
 impl Default for Budget {
     fn default() -> Self {
@@ -308,6 +314,7 @@ impl Default for Budget {
             next_scope_id: AtomicU64::new(1),
             recompute_limit_bits: AtomicU64::new(0),
             pass: PassWatch::default(),
+            step_hook: Mutex::new(None),
         }
     }
 }
@@ -420,6 +427,14 @@ impl Budget {
             .next_ordinal()
     }
 
+    /// Sets what is called each time a step begins under a plan whose cuts stopped adapting
+    /// (`None`: nothing): the device's runtime is told, so that it can judge a step that
+    /// repeats the ones to come. Called on the thread making the step's first tensor, with no
+    /// lock of the engine held; it must not wait for the device.
+    pub(crate) fn set_step_hook(&self, hook: Option<StepHook>) {
+        *self.step_hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
+    }
+
     /// A logical clock, advanced by every use of a managed tensor.
     pub(crate) fn tick(&self) -> u64 {
         self.clock.fetch_add(1, Relaxed)
@@ -493,6 +508,12 @@ impl Budget {
             }
         }
         drop(plan);
+        if after.settled_steps > before.settled_steps {
+            self.counters.add(Counter::settled_steps, 1);
+            if let Some(hook) = &*self.step_hook.lock().unwrap_or_else(|e| e.into_inner()) {
+                hook();
+            }
+        }
         if let Some(SegmentEvent::Open { park }) = &segment
             && !park.is_empty()
         {

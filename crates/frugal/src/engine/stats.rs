@@ -146,6 +146,10 @@ remat_stats! {
     /// Bytes parked so far (each step's share of `offloaded_bytes` that the plan, not an
     /// eviction round, moved; they come back when the optimizer reads them).
     event parked_bytes,
+    /// Steps begun under a plan whose cuts had stopped adapting (each is handed to the step
+    /// hook, see [`crate::memory::set_budget`]: on frugal-cuda the allocator judges what its
+    /// misses cost in the step before).
+    event settled_steps,
     /// Times the forward pass was cut into segments (again when the step or budget changed,
     /// or when a step under the plan still needed the budget to evict).
     event segment_plans,

@@ -21,7 +21,7 @@ pub use allocator_view::{
     AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView, allocator_view,
 };
 pub use device_memory::{DeviceMemory, device_memory};
-pub(crate) use growth_limit::set_growth_limit;
+pub(crate) use growth_limit::{set_growth_limit, step_mark};
 pub use host_memory::available_host_memory;
 pub(crate) use oom_rescue::{OomRescue, drop_frees_at_once, set_oom_rescue};
 

@@ -256,6 +256,10 @@ fn a_learned_step_over_the_budget_is_cut_into_segments_with_the_same_bits() {
     assert!(total >= 1, "{:#?}", planned.per_step);
     // Segments evict at their ends: the steps under them recompute.
     assert!(last.recomputes > 0, "{last:?}");
+    // Once the cuts stop adapting, every step begins settled (what the allocator is told).
+    let settled: Vec<u64> = planned.per_step.iter().map(|s| s.settled_steps).collect();
+    assert_eq!(settled[settled.len() - 3..], [1, 1, 1], "{settled:?}");
+    assert!(settled[..3].iter().all(|&s| s == 0), "{settled:?}");
 }
 
 #[test]

@@ -157,8 +157,9 @@ impl FrugalCudaServer {
             .map(|d| self.copy_to_host(d))
             .collect();
         let fence = Fence::new(self.stream);
+        let control = self.control.clone();
         async move {
-            let synced = fence.wait_sync();
+            let synced = control.wait_for(fence);
             drop(held);
             synced?;
             Ok(result?)

@@ -102,6 +102,9 @@ pub(crate) struct PlanFigures {
     /// The most bytes one op of the recorded step holds at once, its inputs and output (0:
     /// not computed, the step's peak fits the budget): no eviction brings the step below it.
     pub(crate) op_floor: u64,
+    /// Steps begun under cuts that had stopped adapting: each repeats the one before, so
+    /// what it costs (the allocator's misses among it) is what the run's steps cost.
+    pub(crate) settled_steps: u64,
 }
 
 /// What the creation of a tensor means for the forward pass's segments: the cell layer opens
@@ -181,6 +184,8 @@ pub(crate) struct StepPlan {
     before_shrink: Option<(Segments, f64, u64)>,
     /// The segments stopped adapting (see [`Self::adapt_segments`]).
     settled: bool,
+    /// See [`PlanFigures::settled_steps`].
+    settled_steps: u64,
     /// Eviction rounds the budget needed since the forward pass last began.
     pressure: u64,
     /// Positions in the step of the first [`PRESSURE_SEEN`] of those rounds, for the log.
@@ -224,6 +229,7 @@ impl Default for StepPlan {
             segment_share: SEGMENT_SHARE,
             before_shrink: None,
             settled: false,
+            settled_steps: 0,
             pressure: 0,
             pressure_at: [0; PRESSURE_SEEN],
             segments_for: None,
@@ -426,6 +432,7 @@ impl StepPlan {
             parked_bytes: self.segments.as_ref().map_or(0, |s| s.parked_bytes),
             selected_bytes: self.segments.as_ref().map_or(0, |s| s.selected_bytes),
             op_floor: self.op_floor.map_or(0, |(floor, _)| floor.bytes),
+            settled_steps: self.settled_steps,
         }
     }
 }

@@ -137,6 +137,9 @@ impl StepPlan {
             if self.segmented_step && !self.settled {
                 self.adapt_segments(limit);
             }
+            if self.settled && self.segments.is_some() {
+                self.settled_steps += 1;
+            }
             self.pressure = 0;
             self.segmented_step = self.segments.is_some();
             if self.segments.is_some() && self.segments_began.is_none() {

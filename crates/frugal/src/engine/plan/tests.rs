@@ -455,6 +455,41 @@ fn smaller_segments_that_evict_no_less_give_way_to_the_very_cuts_before_them() {
 }
 
 #[test]
+fn only_steps_begun_under_cuts_that_stopped_adapting_are_settled() {
+    let (layers, width, limit) = (8, 10, 4_000);
+    let mut fits = StepPlan::default();
+    training_steps(&mut fits, 6, layers, width, Some(1 << 30));
+    assert_eq!(
+        fits.figures().settled_steps,
+        0,
+        "no cuts, nothing to settle"
+    );
+    let quiet = training_steps(&mut StepPlan::default(), 8, layers, width, Some(limit));
+    let first = quiet.iter().position(|e| !e.is_empty()).unwrap();
+    // The budget evicts in the first two steps under cuts: the cuts shrink at the start of
+    // the next step, go back at the start of the one after, and stay from then on.
+    let total = first + 6;
+    let mut noise = vec![StepNoise::default(); total];
+    noise[first].pressure = 3;
+    noise[first + 1] = StepNoise {
+        pressure: 5,
+        other_live: 600,
+        ..StepNoise::default()
+    };
+    let mut plan = StepPlan::default();
+    training_steps_under(
+        &mut plan,
+        &noise,
+        layers,
+        width,
+        Some(limit),
+        0,
+        &mut Vec::new(),
+    );
+    assert_eq!(plan.figures().settled_steps, (total - first - 2) as u64);
+}
+
+#[test]
 fn a_step_that_fits_or_no_budget_gets_no_segments() {
     let mut plan = StepPlan::default();
     let steps = training_steps(&mut plan, 5, 8, 10, Some(1 << 30));
