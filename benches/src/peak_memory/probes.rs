@@ -129,6 +129,8 @@ pub struct DriverInStep {
     /// Host time the misses took: CubeCL handing back its free slots, then the allocator.
     pub miss_cleanup_ms: f64,
     pub miss_grow_ms: f64,
+    /// Of that, misses after which the device had run out of work (it waited for them).
+    pub miss_idle_ms: f64,
 }
 
 impl DriverInStep {
@@ -146,6 +148,7 @@ impl DriverInStep {
             unmapped_bytes: self.unmapped_bytes - before.unmapped_bytes,
             miss_cleanup_ms: self.miss_cleanup_ms - before.miss_cleanup_ms,
             miss_grow_ms: self.miss_grow_ms - before.miss_grow_ms,
+            miss_idle_ms: self.miss_idle_ms - before.miss_idle_ms,
         }
     }
 }
@@ -172,6 +175,7 @@ pub fn driver_calls<D: 'static>(device: &D) -> Option<DriverInStep> {
             unmapped_bytes: report.stats.unmapped_bytes,
             miss_cleanup_ms: ms(report.registry.miss_cleanup_nanos),
             miss_grow_ms: ms(report.registry.miss_grow_nanos),
+            miss_idle_ms: ms(report.registry.miss_idle_nanos),
         });
     }
     None

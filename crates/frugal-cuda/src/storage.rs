@@ -19,12 +19,12 @@
 //!   the step. So the registry times its misses over each training step, as the caller marks
 //!   steps ([`HandleRegistry::mark_step`]; Frugal's budget marks the steps of a plan that has
 //!   settled), and where they took more than a share of the step
-//!   ([`HandleRegistry::set_miss_time_share`], [`MISS_TIME_SHARE`] unless set) beyond the time
-//!   the host waited for the device in it, it raises the allocator's growth limit by an eighth:
-//!   reserved memory stays near the limit where keeping to it is cheap (a step the device
-//!   bounds hides its misses in the host's slack) and gives way where it is not. Only marked
-//!   steps are judged: misses while a run warms up (compiling, learning its step) say nothing
-//!   of the steps that follow.
+//!   ([`HandleRegistry::set_miss_time_share`], [`MISS_TIME_SHARE`] unless set), counting only
+//!   misses after which the device had run out of work ([`DeviceMemory::idle`]), it raises the
+//!   allocator's growth limit by an eighth: reserved memory stays near the limit where keeping
+//!   to it is cheap (while the device is busy, misses hide behind its work) and gives way where
+//!   the device waits for them. Only marked steps are judged: misses while a run warms up
+//!   (compiling, learning its step) say nothing of the steps that follow.
 //!
 //! Everything here is generic over [`DeviceMemory`], so it runs on the
 //! [`super::allocator::SimulatedDevice`] in the CPU tests exactly as on CUDA.
@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cubecl_common::backtrace::BackTrace;
 use cubecl_core::ir::MemoryDeviceProperties;
@@ -51,9 +51,9 @@ use crate::allocator::{
 };
 
 /// The share of a marked step (see [`HandleRegistry::mark_step`]) that the registry's misses
-/// (CubeCL handing back its free slots, then the allocator) may take before it raises the
-/// allocator's growth limit by an eighth, unless [`HandleRegistry::set_miss_time_share`] says
-/// otherwise.
+/// (CubeCL handing back its free slots, then the allocator) after which the device had run out
+/// of work may take before it raises the allocator's growth limit by an eighth, unless
+/// [`HandleRegistry::set_miss_time_share`] says otherwise.
 pub const MISS_TIME_SHARE: f64 = 0.05;
 
 /// How many kernel-argument slots [`AllocatorStorage::get`] cycles through. A launch passes the
@@ -262,6 +262,9 @@ pub struct RegistryCounters {
     /// Host time spent on misses in the allocator after that (growth, the out-of-memory
     /// handler), in nanoseconds.
     pub miss_grow_nanos: u64,
+    /// Of the misses' host time, the part of misses after which the device had run all its
+    /// queued work: time the device waited for the host (the rest was hidden behind its work).
+    pub miss_idle_nanos: u64,
     /// Times the growth limit was raised because misses took more than their share of a
     /// marked step (see [`MISS_TIME_SHARE`]).
     pub growth_limit_raises: u64,
@@ -369,8 +372,14 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         }
         let done = Instant::now();
         self.counters.miss_grow_nanos += (done - cleaned).as_nanos() as u64;
-        if let Some(step) = self.step.as_mut() {
-            step.nanos += (done - started).as_nanos() as u64;
+        // A miss delays the step only if the device ran out of work meanwhile; while it still
+        // has work queued the host's time is hidden behind it.
+        if self.memory.storage().allocator().device().idle() {
+            let nanos = (done - started).as_nanos() as u64;
+            self.counters.miss_idle_nanos += nanos;
+            if let Some(step) = self.step.as_mut() {
+                step.nanos += nanos;
+            }
         }
         result.map_err(|e| {
             self.counters.failures += 1;
@@ -378,14 +387,13 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         })
     }
 
-    /// Marks the beginning of a training step (the end of the one before), in which the host
-    /// waited `host_waited` for the device: if misses took more than their share (see
-    /// [`Self::set_miss_time_share`]) of the time since the last mark beyond that wait, the
-    /// growth limit is raised by an eighth. Misses the host had time for (it waited for the
-    /// device longer) did not delay the step. The caller marks only steps that repeat the ones
-    /// that follow (Frugal's budget: those of a settled plan), so that a step that compiled
-    /// kernels or learned its plan does not raise the limit for the rest of the run.
-    pub fn mark_step(&mut self, host_waited: Duration) {
+    /// Marks the beginning of a training step (the end of the one before): if misses after
+    /// which the device was idle took more than their share (see
+    /// [`Self::set_miss_time_share`]) of the time since the last mark, the growth limit is
+    /// raised by an eighth. The caller marks only steps that repeat the ones that follow
+    /// (Frugal's budget: those of a settled plan), so that a step that compiled kernels or
+    /// learned its plan does not raise the limit for the rest of the run.
+    pub fn mark_step(&mut self) {
         let now = Instant::now();
         self.counters.marked_steps += 1;
         let ended = self.step.replace(StepMisses {
@@ -396,8 +404,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             return;
         };
         let elapsed = now.saturating_duration_since(ended.since);
-        let delaying = ended.nanos.saturating_sub(host_waited.as_nanos() as u64);
-        let share = delaying as f64 / elapsed.as_nanos().max(1) as f64;
+        let share = ended.nanos as f64 / elapsed.as_nanos().max(1) as f64;
         let allocator = self.memory.storage().allocator_mut();
         if let (Some(allowed), Some(limit)) = (self.miss_time_share, allocator.growth_limit())
             && share > allowed
@@ -406,11 +413,10 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
             allocator.set_growth_limit(Some(raised));
             self.counters.growth_limit_raises += 1;
             log::debug!(
-                "frugal-cuda: misses took {:.1} ms of the last step ({} ms; the host waited {:.1} \
-                 ms for the device); growth limit raised to {raised} B",
+                "frugal-cuda: the device waited {:.1} ms of the last step ({} ms) for misses; \
+                 growth limit raised to {raised} B",
                 ended.nanos as f64 / 1e6,
                 elapsed.as_millis(),
-                host_waited.as_secs_f64() * 1e3,
             );
         }
     }

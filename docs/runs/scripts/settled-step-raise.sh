@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The growth limit raised where misses take more than 5% of a settled step beyond the host's
-# waits for the device (Frugal's budget marks each step of a settled plan for frugal-cuda,
+# The growth limit raised where misses after which the device had no work left take more than
+# 5% of a settled step (Frugal's budget marks each step of a settled plan for frugal-cuda,
 # which judges the step before). PyTorch's anchors, then for each of PARTS (default "encoder
 # lstm gpt"): burn-nn's encoder or Lstm plain and at fractions of its plain peak, with the rule
 # (FRACTION:default) and without it (FRACTION:off, --miss-time-share off; ENCODER_RUNS and
@@ -67,7 +67,7 @@ for f in sorted(glob.glob(os.environ['OUT'] + '/runs/*.out')):
         a = d.get('allocator') or {}
         print(os.path.basename(f)[:-4], 'median %.2f late %.2f first %.0f ms' % (d['median_ms'], d['late_median_ms'], d['first_step_ms']),
               'idle %.2f ms' % kp.get('idle_ms', 0),
-              'misses %.1f (host %.2f ms) a step' % (mean('misses'), mean('miss_cleanup_ms') + mean('miss_grow_ms')),
+              'misses %.1f (host %.2f ms, device idle after them %.2f ms) a step' % (mean('misses'), mean('miss_cleanup_ms') + mean('miss_grow_ms'), mean('miss_idle_ms') if steady and 'miss_idle_ms' in steady[0] else -1),
               'last steps misses', [s['misses'] for s in (d.get('driver_per_step') or [])[-3:]],
               'budget', d['budget'], 'steady peak', d['steady_peak_live'],
               'reserved', d['allocator_peak_reserved'],

@@ -60,6 +60,12 @@ pub trait DeviceMemory {
     /// (`CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED`).
     fn supports_vmm(&self) -> bool;
 
+    /// Whether the device has run all the work queued on it (`cuStreamQuery`): host time spent
+    /// while it is idle delays that work, host time while it is busy is hidden behind it.
+    fn idle(&self) -> bool {
+        true
+    }
+
     /// Size of a physical granule (`cuMemGetAllocationGranularity`, typically 2 MiB): every
     /// reservation, mapping and unmapping is a multiple of it.
     fn granularity(&self) -> u64;
@@ -176,6 +182,8 @@ pub struct SimulatedDevice {
     physical: u64,
     peak_physical: u64,
     counters: SimulatedDeviceCounters,
+    /// What [`DeviceMemory::idle`] answers: `false` while [`Self::set_busy`] says so.
+    busy: bool,
 }
 
 impl Default for SimulatedDevice {
@@ -200,7 +208,13 @@ impl SimulatedDevice {
             physical: 0,
             peak_physical: 0,
             counters: SimulatedDeviceCounters::default(),
+            busy: false,
         }
+    }
+
+    /// Makes [`DeviceMemory::idle`] answer `!busy`: a device with work queued, or none.
+    pub fn set_busy(&mut self, busy: bool) {
+        self.busy = busy;
     }
 
     /// Limits physical memory to `bytes` (also the reported total memory).
@@ -329,6 +343,10 @@ impl SimulatedDevice {
 impl DeviceMemory for SimulatedDevice {
     fn total_memory(&self) -> u64 {
         self.total_memory
+    }
+
+    fn idle(&self) -> bool {
+        !self.busy
     }
 
     fn alloc(&mut self, size: u64) -> Result<u64, DeviceError> {

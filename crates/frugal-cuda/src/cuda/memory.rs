@@ -321,6 +321,15 @@ impl DeviceMemory for CudaDeviceMemory {
         self.vmm
     }
 
+    fn idle(&self) -> bool {
+        let Some(stream) = self.stream else {
+            return true;
+        };
+        // SAFETY: the server's stream lives as long as the server that owns this memory.
+        let queried = unsafe { cudarc::driver::sys::cuStreamQuery(stream) };
+        queried != CUresult::CUDA_ERROR_NOT_READY
+    }
+
     fn granularity(&self) -> u64 {
         self.granularity
     }

@@ -299,16 +299,17 @@ pub fn set_growth_limit(device: &FrugalCudaDevice, limit: Option<u64>) {
 }
 
 /// Sets the share of a marked step (see [`mark_step`]) that the allocator's misses
-/// (reservations that find no cached block and first have CubeCL hand back its free slots) may
-/// take before the growth limit is raised by an eighth (`storage::MISS_TIME_SHARE` unless set);
-/// `None` keeps the limit where it was set, whatever the misses cost.
+/// (reservations that find no cached block and first have CubeCL hand back its free slots)
+/// after which the device had run out of work may take before the growth limit is raised by
+/// an eighth (`storage::MISS_TIME_SHARE` unless set); `None` keeps the limit where it was set,
+/// whatever the misses cost.
 pub fn set_miss_time_share(device: &FrugalCudaDevice, share: Option<f64>) {
     let _ = apply(device, ControlRequest::MissTimeShare(share));
 }
 
 /// Tells the allocator that a training step begins, so that it judges the step before: if
-/// its misses took more than their share of it (see [`set_miss_time_share`]), the growth limit
-/// is raised by an eighth. Frugal's memory budget marks each step of a settled plan. It waits
+/// the misses the device waited for took more than their share of it (see
+/// [`set_miss_time_share`]), the growth limit is raised by an eighth. Frugal's memory budget marks each step of a settled plan. It waits
 /// for nothing: the server takes the mark at its next launch or allocation.
 pub fn mark_step(device: &FrugalCudaDevice) {
     client(device).info().request(ControlRequest::MarkStep);

@@ -4,15 +4,11 @@
 //! it is the one part of the server that other threads touch.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cubecl_runtime::memory_management::MemoryUsage;
 
-use cubecl_runtime::server::ServerError;
-
 use super::FrugalCudaServer;
-use super::fence::Fence;
 use crate::allocator::{AllocError, History, OomInfo, Stats};
 use crate::cuda::launch_timing::LaunchTimings;
 use crate::storage::{RegistryCounters, TraceEvent};
@@ -59,9 +55,6 @@ pub struct MemoryReport {
 #[derive(Default)]
 pub struct MemoryControl {
     pub(super) pending: AtomicBool,
-    /// Host time spent waiting for the device (syncs and reads) since the last step mark: the
-    /// slack in which the host's own work, misses among it, costs the step nothing.
-    host_wait_nanos: AtomicU64,
     requests: Mutex<Vec<ControlRequest>>,
     report: Mutex<MemoryReport>,
     last_error: Mutex<Option<AllocError>>,
@@ -83,21 +76,6 @@ impl MemoryControl {
             .unwrap_or_else(|e| e.into_inner())
             .push(request);
         self.pending.store(true, Ordering::Release);
-    }
-
-    /// Waits for `fence` on the calling thread, counting the time as the host's wait for
-    /// the device (see [`Self::take_host_wait`]).
-    pub(super) fn wait_for(&self, fence: Fence) -> Result<(), ServerError> {
-        let started = Instant::now();
-        let waited = fence.wait_sync();
-        self.host_wait_nanos
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        waited
-    }
-
-    /// The host's waits for the device since the last call.
-    pub(super) fn take_host_wait(&self) -> Duration {
-        Duration::from_nanos(self.host_wait_nanos.swap(0, Ordering::Relaxed))
     }
 
     pub(crate) fn report(&self) -> MemoryReport {
@@ -152,8 +130,7 @@ impl FrugalCudaServer {
                     Ok(())
                 }
                 ControlRequest::MarkStep => {
-                    let waited = self.control.take_host_wait();
-                    self.memory.mark_step(waited);
+                    self.memory.mark_step();
                     Ok(())
                 }
                 ControlRequest::OomHandler(handler) => {

@@ -333,8 +333,7 @@ impl ComputeServer for FrugalCudaServer {
         let fence = Fence::new(self.stream);
         // The host waits for the stream here anyway: the timed events are complete or nearly.
         self.timer.read_pending();
-        let control = self.control.clone();
-        Box::pin(async move { control.wait_for(fence) })
+        Box::pin(async move { fence.wait_sync() })
     }
 
     fn get_resource(

@@ -157,9 +157,8 @@ impl FrugalCudaServer {
             .map(|d| self.copy_to_host(d))
             .collect();
         let fence = Fence::new(self.stream);
-        let control = self.control.clone();
         async move {
-            let synced = control.wait_for(fence);
+            let synced = fence.wait_sync();
             drop(held);
             synced?;
             Ok(result?)
