@@ -17,8 +17,8 @@
 //! - That hand-back rebuilds CubeCL's whole list of slots, so under a tight growth limit, where
 //!   most large requests miss, the host can spend more time in it than the device spends on
 //!   the step. So the registry times its misses over each training step, as the caller marks
-//!   steps ([`HandleRegistry::mark_step`]; Frugal's budget marks the steps of a plan that has
-//!   settled), and where they took more than a share of the step
+//!   steps ([`HandleRegistry::mark_step`]; Frugal's budget marks the steps of its plan and says
+//!   which are settled), and where, in a settled step, they took more than a share of the step
 //!   ([`HandleRegistry::set_miss_time_share`], [`MISS_TIME_SHARE`] unless set), counting only
 //!   misses after which the device had run out of work ([`DeviceMemory::idle`]), it raises the
 //!   allocator's growth limit by an eighth: reserved memory stays near the limit where keeping
@@ -268,15 +268,17 @@ pub struct RegistryCounters {
     /// Times the growth limit was raised because misses took more than their share of a
     /// marked step (see [`MISS_TIME_SHARE`]).
     pub growth_limit_raises: u64,
-    /// Steps marked by the caller ([`HandleRegistry::mark_step`]).
+    /// Settled steps marked by the caller ([`HandleRegistry::mark_step`]).
     pub marked_steps: u64,
 }
 
-/// The misses of the step being timed: when it began (its mark), and their host time since.
+/// The misses of the step being timed: when it began (its mark), their host time since, and
+/// whether the step is one to judge.
 #[derive(Debug, Clone, Copy)]
 struct StepMisses {
     since: Instant,
     nanos: u64,
+    settled: bool,
 }
 
 /// CubeCL's `MemoryManagement` used as a handle registry over an [`AllocatorStorage`]; see the
@@ -387,20 +389,21 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         })
     }
 
-    /// Marks the beginning of a training step (the end of the one before): if misses after
-    /// which the device was idle took more than their share (see
-    /// [`Self::set_miss_time_share`]) of the time since the last mark, the growth limit is
-    /// raised by an eighth. The caller marks only steps that repeat the ones that follow
-    /// (Frugal's budget: those of a settled plan), so that a step that compiled kernels or
-    /// learned its plan does not raise the limit for the rest of the run.
-    pub fn mark_step(&mut self) {
+    /// Marks the beginning of a training step (the end of the one before), `settled` if it
+    /// repeats the ones that follow (Frugal's budget: a step of a settled plan). If the step
+    /// that ended was settled and the misses after which the device was idle took more than
+    /// their share (see [`Self::set_miss_time_share`]) of it, the growth limit is raised by an
+    /// eighth. A step that compiled kernels or learned its plan is not settled: it does not
+    /// raise the limit for the rest of the run.
+    pub fn mark_step(&mut self, settled: bool) {
         let now = Instant::now();
-        self.counters.marked_steps += 1;
+        self.counters.marked_steps += u64::from(settled);
         let ended = self.step.replace(StepMisses {
             since: now,
             nanos: 0,
+            settled,
         });
-        let Some(ended) = ended else {
+        let Some(ended) = ended.filter(|step| step.settled) else {
             return;
         };
         let elapsed = now.saturating_duration_since(ended.since);

@@ -323,9 +323,9 @@ fn tight_registry() -> (
 fn a_marked_step_that_spent_its_time_missing_raises_the_growth_limit() {
     let (mut reg, mut live) = tight_registry();
     let limit = reg.stats().reserved_bytes;
-    reg.mark_step();
+    reg.mark_step(true);
     let made = churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
-    reg.mark_step();
+    reg.mark_step(true);
     let counters = reg.counters();
     assert!(
         counters.misses * 20 > made,
@@ -347,9 +347,9 @@ fn misses_hidden_behind_the_devices_queued_work_keep_the_growth_limit() {
     let limit = reg.stats().reserved_bytes;
     reg.storage().allocator_mut().device_mut().set_busy(true);
     let before = reg.counters();
-    reg.mark_step();
+    reg.mark_step(true);
     churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
-    reg.mark_step();
+    reg.mark_step(true);
     let counters = reg.counters();
     assert!(counters.misses > before.misses + 20, "{counters:?}");
     assert_eq!(
@@ -364,14 +364,37 @@ fn misses_hidden_behind_the_devices_queued_work_keep_the_growth_limit() {
 fn a_marked_step_whose_misses_took_little_of_it_keeps_the_growth_limit() {
     let (mut reg, mut live) = tight_registry();
     let limit = reg.stats().reserved_bytes;
-    reg.mark_step();
+    reg.mark_step(true);
     churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(1));
     // The rest of the step is the device's work, not the allocator's.
     std::thread::sleep(std::time::Duration::from_millis(200));
-    reg.mark_step();
+    reg.mark_step(true);
     assert!(reg.counters().misses > 0);
     assert_eq!(reg.counters().growth_limit_raises, 0);
     assert_eq!(reg.storage().allocator().growth_limit(), Some(limit));
+}
+
+#[test]
+fn a_step_that_began_unsettled_is_not_judged() {
+    let (mut reg, mut live) = tight_registry();
+    reg.mark_step(false);
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    reg.mark_step(true);
+    assert_eq!(
+        reg.counters().growth_limit_raises,
+        0,
+        "{:?}",
+        reg.counters()
+    );
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    reg.mark_step(false);
+    assert_eq!(
+        reg.counters().growth_limit_raises,
+        1,
+        "{:?}",
+        reg.counters()
+    );
+    assert_eq!(reg.counters().marked_steps, 1);
 }
 
 #[test]
@@ -380,8 +403,8 @@ fn without_marks_or_without_a_share_the_growth_limit_stays_however_much_misses_c
     churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
     assert_eq!(reg.counters().growth_limit_raises, 0, "no step was marked");
     reg.set_miss_time_share(None);
-    reg.mark_step();
+    reg.mark_step(true);
     churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
-    reg.mark_step();
+    reg.mark_step(true);
     assert_eq!(reg.counters().growth_limit_raises, 0, "no share was set");
 }

@@ -177,9 +177,9 @@ fn tag<X: Backend, const D: usize>(tensor: Tensor<Frugal<X>, D>, role: Role) {
 /// for unfused tensors (`frugal_cuda::FrugalCudaUnfused`) only: under fusion a drop is work
 /// queued on the thread that is allocating, so nothing is dropped there. It also sets the
 /// allocator's growth limit to the budget plus [`RESERVE_HEADROOM`] of it (see
-/// [`set_growth_limit`]), and marks for the allocator each step that begins once the step
-/// plan has settled (`frugal_cuda::mark_step`): where misses the device had to wait for took
-/// more than a share of such a step, the allocator raises the growth limit by an eighth,
+/// [`set_growth_limit`]), and marks for the allocator each step that begins under the step
+/// plan's cuts, and whether they had settled (`frugal_cuda::mark_step`): where misses the
+/// device had to wait for took more than a share of a settled step, the allocator raises the growth limit by an eighth,
 /// trading reserved bytes the device has free for the host time each miss costs
 /// (`frugal_cuda::set_miss_time_share` with `None` keeps the limit).
 pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {

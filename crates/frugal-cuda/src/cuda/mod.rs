@@ -307,12 +307,16 @@ pub fn set_miss_time_share(device: &FrugalCudaDevice, share: Option<f64>) {
     let _ = apply(device, ControlRequest::MissTimeShare(share));
 }
 
-/// Tells the allocator that a training step begins, so that it judges the step before: if
-/// the misses the device waited for took more than their share of it (see
-/// [`set_miss_time_share`]), the growth limit is raised by an eighth. Frugal's memory budget marks each step of a settled plan. It waits
-/// for nothing: the server takes the mark at its next launch or allocation.
-pub fn mark_step(device: &FrugalCudaDevice) {
-    client(device).info().request(ControlRequest::MarkStep);
+/// Tells the allocator that a training step begins, `settled` if it repeats the steps that
+/// follow, so that it judges the step before if that was settled: if the misses the device
+/// waited for took more than their share of it (see [`set_miss_time_share`]), the growth limit
+/// is raised by an eighth. Frugal's memory budget marks each step of a planned run, settled
+/// once its plan stopped adapting. It waits for nothing: the server takes the mark at its next
+/// launch or allocation.
+pub fn mark_step(device: &FrugalCudaDevice, settled: bool) {
+    client(device)
+        .info()
+        .request(ControlRequest::MarkStep(settled));
 }
 
 /// Installs the handler called, on the server's thread, when an allocation finds no memory

@@ -282,13 +282,13 @@ pub(crate) struct Budget {
     recompute_limit_bits: AtomicU64,
     /// The pass being watched against the recompute limit.
     pass: PassWatch,
-    /// Called when a step begins under a settled plan (see [`Budget::set_step_hook`]).
+    /// Called when a step begins under cuts (see [`Budget::set_step_hook`]).
     step_hook: Mutex<Option<StepHook>>,
 }
 
-/// What [`Budget::set_step_hook`] calls when a step begins under a plan whose cuts stopped
-/// adapting.
-pub(crate) type StepHook = Box<dyn Fn() + Send + Sync>;
+/// What [`Budget::set_step_hook`] calls when a step begins under cuts: with `true` if they
+/// had stopped adapting (the step is settled).
+pub(crate) type StepHook = Box<dyn Fn(bool) + Send + Sync>;
 
 impl Default for Budget {
     fn default() -> Self {
@@ -427,9 +427,9 @@ impl Budget {
             .next_ordinal()
     }
 
-    /// Sets what is called each time a step begins under a plan whose cuts stopped adapting
-    /// (`None`: nothing): the device's runtime is told, so that it can judge a step that
-    /// repeats the ones to come. Called on the thread making the step's first tensor, with no
+    /// Sets what is called each time a step begins under cuts, told whether they stopped
+    /// adapting (`None`: nothing): the device's runtime is told, so that it can judge the
+    /// steps that repeat the ones to come, and only those. Called on the thread making the step's first tensor, with no
     /// lock of the engine held; it must not wait for the device.
     pub(crate) fn set_step_hook(&self, hook: Option<StepHook>) {
         *self.step_hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
@@ -508,10 +508,12 @@ impl Budget {
             }
         }
         drop(plan);
-        if after.settled_steps > before.settled_steps {
-            self.counters.add(Counter::settled_steps, 1);
+        if after.planned_steps > before.planned_steps {
+            let settled = after.settled_steps > before.settled_steps;
+            self.counters
+                .add(Counter::settled_steps, u64::from(settled));
             if let Some(hook) = &*self.step_hook.lock().unwrap_or_else(|e| e.into_inner()) {
-                hook();
+                hook(settled);
             }
         }
         if let Some(SegmentEvent::Open { park }) = &segment

@@ -16,18 +16,20 @@ pub(crate) fn set_growth_limit<D: 'static>(device: &D, limit: Option<u64>) -> bo
     false
 }
 
-/// What marks a training step on `device` for its allocator, if it is a frugal-cuda device:
-/// the allocator then judges whether its misses took too much of the step before (see
-/// `frugal_cuda::mark_step`) and raises the growth limit if so.
+/// What marks a training step on `device` for its allocator (told whether it is settled), if
+/// it is a frugal-cuda device: the allocator then judges whether its misses took too much of
+/// the settled step before (see `frugal_cuda::mark_step`) and raises the growth limit if so.
 pub(crate) fn step_mark<D: Clone + Send + Sync + 'static>(
     device: &D,
-) -> Option<Box<dyn Fn() + Send + Sync>> {
+) -> Option<Box<dyn Fn(bool) + Send + Sync>> {
     #[cfg(feature = "frugal-cuda")]
     if let Some(device) =
         (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
     {
         let device = device.clone();
-        return Some(Box::new(move || frugal_cuda::mark_step(&device)));
+        return Some(Box::new(move |settled| {
+            frugal_cuda::mark_step(&device, settled)
+        }));
     }
     let _ = device;
     None

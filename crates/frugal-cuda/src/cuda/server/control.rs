@@ -18,8 +18,8 @@ pub(crate) enum ControlRequest {
     Cap(Option<u64>),
     GrowthLimit(Option<u64>),
     MissTimeShare(Option<f64>),
-    /// A training step begins (see `HandleRegistry::mark_step`).
-    MarkStep,
+    /// A training step begins, settled or not (see `HandleRegistry::mark_step`).
+    MarkStep(bool),
     OomHandler(Box<dyn FnMut(&OomInfo) -> bool + Send>),
     ClearOomHandler,
     ResetPeaks,
@@ -129,8 +129,8 @@ impl FrugalCudaServer {
                     self.memory.set_miss_time_share(share);
                     Ok(())
                 }
-                ControlRequest::MarkStep => {
-                    self.memory.mark_step();
+                ControlRequest::MarkStep(settled) => {
+                    self.memory.mark_step(settled);
                     Ok(())
                 }
                 ControlRequest::OomHandler(handler) => {

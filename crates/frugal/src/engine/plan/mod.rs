@@ -102,8 +102,10 @@ pub(crate) struct PlanFigures {
     /// The most bytes one op of the recorded step holds at once, its inputs and output (0:
     /// not computed, the step's peak fits the budget): no eviction brings the step below it.
     pub(crate) op_floor: u64,
-    /// Steps begun under cuts that had stopped adapting: each repeats the one before, so
-    /// what it costs (the allocator's misses among it) is what the run's steps cost.
+    /// Steps begun under cuts (segments or a selection).
+    pub(crate) planned_steps: u64,
+    /// Of those, steps begun under cuts that had stopped adapting: each repeats the one
+    /// before, so what it costs (the allocator's misses among it) is what the run's steps cost.
     pub(crate) settled_steps: u64,
 }
 
@@ -184,6 +186,8 @@ pub(crate) struct StepPlan {
     before_shrink: Option<(Segments, f64, u64)>,
     /// The segments stopped adapting (see [`Self::adapt_segments`]).
     settled: bool,
+    /// See [`PlanFigures::planned_steps`].
+    planned_steps: u64,
     /// See [`PlanFigures::settled_steps`].
     settled_steps: u64,
     /// Eviction rounds the budget needed since the forward pass last began.
@@ -229,6 +233,7 @@ impl Default for StepPlan {
             segment_share: SEGMENT_SHARE,
             before_shrink: None,
             settled: false,
+            planned_steps: 0,
             settled_steps: 0,
             pressure: 0,
             pressure_at: [0; PRESSURE_SEEN],
@@ -432,6 +437,7 @@ impl StepPlan {
             parked_bytes: self.segments.as_ref().map_or(0, |s| s.parked_bytes),
             selected_bytes: self.segments.as_ref().map_or(0, |s| s.selected_bytes),
             op_floor: self.op_floor.map_or(0, |(floor, _)| floor.bytes),
+            planned_steps: self.planned_steps,
             settled_steps: self.settled_steps,
         }
     }

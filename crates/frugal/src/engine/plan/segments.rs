@@ -137,8 +137,9 @@ impl StepPlan {
             if self.segmented_step && !self.settled {
                 self.adapt_segments(limit);
             }
-            if self.settled && self.segments.is_some() {
-                self.settled_steps += 1;
+            if self.segments.is_some() {
+                self.planned_steps += 1;
+                self.settled_steps += u64::from(self.settled);
             }
             self.pressure = 0;
             self.segmented_step = self.segments.is_some();

@@ -486,7 +486,9 @@ fn only_steps_begun_under_cuts_that_stopped_adapting_are_settled() {
         0,
         &mut Vec::new(),
     );
-    assert_eq!(plan.figures().settled_steps, (total - first - 2) as u64);
+    let figures = plan.figures();
+    assert_eq!(figures.planned_steps, (total - first) as u64);
+    assert_eq!(figures.settled_steps, (total - first - 2) as u64);
 }
 
 #[test]
