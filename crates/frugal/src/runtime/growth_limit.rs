@@ -26,7 +26,7 @@ pub(crate) fn step_mark<D: Clone + Send + Sync + 'static>(
     if let Some(device) =
         (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
     {
-        let device = device.clone();
+        let device = *device;
         return Some(Box::new(move |settled| {
             frugal_cuda::mark_step(&device, settled)
         }));
