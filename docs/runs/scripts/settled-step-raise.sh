@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The growth limit raised where misses after which the device had no work left take more than
-# 5% of a settled step (Frugal's budget marks each step of a settled plan for frugal-cuda,
-# which judges the step before). PyTorch's anchors, then for each of PARTS (default "encoder
-# lstm gpt"): burn-nn's encoder or Lstm plain and at fractions of its plain peak, with the rule
-# (FRACTION:default) and without it (FRACTION:off, --miss-time-share off; ENCODER_RUNS and
-# LSTM_RUNS choose), and the gpt example at the reference size plain, at 1/3 and at 1/4. Each
-# run its own process and limit. Staged in .gpu/: burn-nn-models.xz, gpt.xz, lib.sh, this
-# script, torch_gpt.py, torch_best.py, cubecl-cache.tgz (if a call left one). Everything comes
-# back as $OUT/results.tgz and $OUT/cubecl-cache.tgz.
+# 5% of a settled step (Frugal's budget marks each planned step for frugal-cuda, saying which
+# are settled; frugal-cuda judges the settled ones). PyTorch's anchors, then for each of PARTS
+# (default "encoder lstm gpt"; also resnet): one of burn-nn's models plain and at fractions of
+# its plain peak, with the rule (FRACTION:default) and without it (FRACTION:off, that is
+# --miss-time-share off; ENCODER_RUNS, LSTM_RUNS and RESNET_RUNS choose), and the gpt example
+# at the reference size plain, at 1/3 and at 1/4. Each run its own process and limit. Staged
+# in .gpu/: burn-nn-models.xz, gpt.xz, lib.sh, this script, torch_gpt.py, torch_best.py,
+# cubecl-cache.tgz (if a call left one). Everything comes back as $OUT/results.tgz and
+# $OUT/cubecl-cache.tgz.
 set -u
 cd "$(dirname "$0")"
 [ -f cubecl-cache.tgz ] || { mkdir -p /tmp/empty/frugal-cuda-kernels && tar czf cubecl-cache.tgz -C /tmp/empty frugal-cuda-kernels; }
@@ -38,6 +39,7 @@ for part in ${PARTS:-encoder lstm gpt}; do
   case $part in
     encoder) family encoder 150 120 ${ENCODER_RUNS:-0.333:default 0.333:off 0.5:default 0.5:off} ;;
     lstm) family lstm 120 120 ${LSTM_RUNS:-0.5:default 0.333:default 0.333:off} ;;
+    resnet) family resnet 150 120 ${RESNET_RUNS:-0.5:default 0.333:default 0.333:off} ;;
     gpt)
       unxz_bins gpt
       export RUST_LOG="error,gpt=info"
