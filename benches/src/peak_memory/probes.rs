@@ -292,6 +292,7 @@ mod tests {
             unmapped_bytes: 0,
             miss_cleanup_ms: 0.25,
             miss_grow_ms: 0.5,
+            miss_idle_ms: 0.125,
         };
         let after = DriverInStep {
             misses: 11,
@@ -305,6 +306,7 @@ mod tests {
             unmapped_bytes: 1 << 20,
             miss_cleanup_ms: 1.0,
             miss_grow_ms: 0.75,
+            miss_idle_ms: 0.5,
         };
         let step = after.since(&before);
         assert_eq!(
@@ -315,7 +317,10 @@ mod tests {
             (step.maps_ms, step.unmaps_ms, step.waits_ms),
             (1.5, 0.5, 0.25)
         );
-        assert_eq!((step.miss_cleanup_ms, step.miss_grow_ms), (0.75, 0.25));
+        assert_eq!(
+            (step.miss_cleanup_ms, step.miss_grow_ms, step.miss_idle_ms),
+            (0.75, 0.25, 0.375)
+        );
         assert_eq!((step.mapped_bytes, step.unmapped_bytes), (4 << 20, 1 << 20));
     }
 
