@@ -429,8 +429,9 @@ impl Budget {
 
     /// Sets what is called each time a step begins under cuts, told whether they stopped
     /// adapting (`None`: nothing): the device's runtime is told, so that it can judge the
-    /// steps that repeat the ones to come, and only those. Called on the thread making the step's first tensor, with no
-    /// lock of the engine held; it must not wait for the device.
+    /// steps that repeat the ones to come, and only those. Called on the thread making the
+    /// step's first tensor, with only the hook's own lock held (not the plan's); it must not
+    /// wait for the device.
     pub(crate) fn set_step_hook(&self, hook: Option<StepHook>) {
         *self.step_hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
     }
