@@ -206,6 +206,10 @@ pub struct AllocatorFigures {
     /// marked (Frugal's budget marks the steps of a settled plan).
     pub growth_limit_raises: u64,
     pub marked_steps: u64,
+    /// Times raises were taken back because the steps after them were no faster, and the
+    /// cached bytes given back then.
+    pub growth_limit_reverts: u64,
+    pub reverted_bytes: u64,
 }
 
 /// frugal-cuda's report for `device`, if it is a frugal-cuda device.
@@ -228,6 +232,8 @@ pub fn allocator_figures<D: 'static>(device: &D) -> Option<AllocatorFigures> {
             growth_limit: report.stats.growth_limit,
             growth_limit_raises: report.registry.growth_limit_raises,
             marked_steps: report.registry.marked_steps,
+            growth_limit_reverts: report.registry.growth_limit_reverts,
+            reverted_bytes: report.registry.reverted_bytes,
         });
     }
     None

@@ -106,6 +106,7 @@ time.
 pub mod allocator;
 pub mod gemm;
 pub mod kernel_cache;
+pub mod miss_rule;
 pub mod storage;
 
 // The runtime's cache of kernel metadata on the device: plain logic over CubeCL handles, so

@@ -24,7 +24,9 @@
 //!   allocator's growth limit by an eighth: reserved memory stays near the limit where keeping
 //!   to it is cheap (while the device is busy, misses hide behind its work) and gives way where
 //!   the device waits for them. Only marked steps are judged: misses while a run warms up
-//!   (compiling, learning its step) say nothing of the steps that follow.
+//!   (compiling, learning its step) say nothing of the steps that follow. A raise is a trial
+//!   ([`crate::miss_rule`]): where the steps after it are no faster, the limit goes back and
+//!   the cached memory above it is given back.
 //!
 //! Everything here is generic over [`DeviceMemory`], so it runs on the
 //! [`super::allocator::SimulatedDevice`] in the CPU tests exactly as on CUDA.
@@ -49,12 +51,8 @@ pub use crate::allocator::TraceEvent;
 use crate::allocator::{
     ALIGNMENT, AllocError, BlockHandle, CachingAllocator, DeviceMemory, OomInfo, Stats,
 };
-
-/// The share of a marked step (see [`HandleRegistry::mark_step`]) that the registry's misses
-/// (CubeCL handing back its free slots, then the allocator) after which the device had run out
-/// of work may take before it raises the allocator's growth limit by an eighth, unless
-/// [`HandleRegistry::set_miss_time_share`] says otherwise.
-pub const MISS_TIME_SHARE: f64 = 0.05;
+pub use crate::miss_rule::{MISS_TIME_SHARE, TRIAL_STEPS};
+use crate::miss_rule::{MissRule, Verdict};
 
 /// How many kernel-argument slots [`AllocatorStorage::get`] cycles through. A launch passes the
 /// *address of* each buffer's device pointer to `cuLaunchKernel`, so those pointers must stay
@@ -268,17 +266,13 @@ pub struct RegistryCounters {
     /// Times the growth limit was raised because misses took more than their share of a
     /// marked step (see [`MISS_TIME_SHARE`]).
     pub growth_limit_raises: u64,
+    /// Times raises were taken back because the steps after them were no faster (see
+    /// [`TRIAL_STEPS`]).
+    pub growth_limit_reverts: u64,
+    /// Cached bytes given back to the device when raises were taken back.
+    pub reverted_bytes: u64,
     /// Settled steps marked by the caller ([`HandleRegistry::mark_step`]).
     pub marked_steps: u64,
-}
-
-/// The misses of the step being timed: when it began (its mark), their host time since, and
-/// whether the step is one to judge.
-#[derive(Debug, Clone, Copy)]
-struct StepMisses {
-    since: Instant,
-    nanos: u64,
-    settled: bool,
 }
 
 /// CubeCL's `MemoryManagement` used as a handle registry over an [`AllocatorStorage`]; see the
@@ -292,11 +286,8 @@ struct StepMisses {
 pub struct HandleRegistry<D: DeviceMemory + Send> {
     memory: MemoryManagement<AllocatorStorage<D>>,
     counters: RegistryCounters,
-    /// The share of a marked step misses may take before the growth limit is raised (`None`:
-    /// never raised for it).
-    miss_time_share: Option<f64>,
-    /// The step being timed, from its mark (`None`: no step marked yet).
-    step: Option<StepMisses>,
+    /// When misses raise the growth limit, and when a raise is taken back.
+    miss_rule: MissRule,
     /// The first slot, where unbound handles resolve; held for the registry's life.
     _unallocated: ManagedMemoryHandle,
 }
@@ -336,8 +327,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         Self {
             memory,
             counters: RegistryCounters::default(),
-            miss_time_share: Some(MISS_TIME_SHARE),
-            step: None,
+            miss_rule: MissRule::default(),
             _unallocated: unallocated,
         }
     }
@@ -379,9 +369,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         if self.memory.storage().allocator().device().idle() {
             let nanos = (done - started).as_nanos() as u64;
             self.counters.miss_idle_nanos += nanos;
-            if let Some(step) = self.step.as_mut() {
-                step.nanos += nanos;
-            }
+            self.miss_rule.add_wait(nanos);
         }
         result.map_err(|e| {
             self.counters.failures += 1;
@@ -393,34 +381,64 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// repeats the ones that follow (Frugal's budget: a step of a settled plan). If the step
     /// that ended was settled and the misses after which the device was idle took more than
     /// their share (see [`Self::set_miss_time_share`]) of it, the growth limit is raised by an
-    /// eighth. A step that compiled kernels or learned its plan is not settled: it does not
-    /// raise the limit for the rest of the run.
+    /// eighth, on trial: unless the settled steps after it are faster (see [`TRIAL_STEPS`]),
+    /// the limit goes back, the cached memory above it is given back, and it is not raised
+    /// again until set anew. A step that compiled kernels or learned its plan is not settled:
+    /// it is neither judged nor timed.
     pub fn mark_step(&mut self, settled: bool) {
-        let now = Instant::now();
         self.counters.marked_steps += u64::from(settled);
-        let ended = self.step.replace(StepMisses {
-            since: now,
-            nanos: 0,
-            settled,
-        });
-        let Some(ended) = ended.filter(|step| step.settled) else {
-            return;
-        };
-        let elapsed = now.saturating_duration_since(ended.since);
-        let share = ended.nanos as f64 / elapsed.as_nanos().max(1) as f64;
-        let allocator = self.memory.storage().allocator_mut();
-        if let (Some(allowed), Some(limit)) = (self.miss_time_share, allocator.growth_limit())
-            && share > allowed
-        {
-            let raised = limit.saturating_add(limit / 8);
-            allocator.set_growth_limit(Some(raised));
-            self.counters.growth_limit_raises += 1;
-            log::debug!(
-                "frugal-cuda: the device waited {:.1} ms of the last step ({} ms) for misses; \
-                 growth limit raised to {raised} B",
-                ended.nanos as f64 / 1e6,
-                elapsed.as_millis(),
-            );
+        let limit = self.memory.storage().allocator().growth_limit();
+        match self.miss_rule.mark(Instant::now(), settled, limit) {
+            Verdict::Keep => {}
+            Verdict::Raise {
+                limit,
+                waited_nanos,
+                step_nanos,
+            } => {
+                self.set_limit_keeping_the_rule(Some(limit));
+                self.counters.growth_limit_raises += 1;
+                log::debug!(
+                    "frugal-cuda: the device waited {:.1} ms of the last step ({:.1} ms) for \
+                     misses; growth limit raised to {limit} B, on trial",
+                    waited_nanos as f64 / 1e6,
+                    step_nanos as f64 / 1e6,
+                );
+            }
+            Verdict::PaidOff {
+                baseline_nanos,
+                trial_nanos,
+            } => log::debug!(
+                "frugal-cuda: steps took {:.1} ms after the growth limit's raises, {:.1} ms \
+                 before: the raises stay",
+                trial_nanos as f64 / 1e6,
+                baseline_nanos as f64 / 1e6,
+            ),
+            Verdict::Revert {
+                limit,
+                baseline_nanos,
+                trial_nanos,
+            } => {
+                self.set_limit_keeping_the_rule(Some(limit));
+                // CubeCL's free slots hold blocks until it hands them back.
+                self.memory.cleanup(true);
+                let released = self
+                    .memory
+                    .storage()
+                    .allocator_mut()
+                    .release_above(limit)
+                    .unwrap_or_else(|e| {
+                        log::warn!("frugal-cuda: giving cached memory back failed: {e}");
+                        0
+                    });
+                self.counters.growth_limit_reverts += 1;
+                self.counters.reverted_bytes += released;
+                log::debug!(
+                    "frugal-cuda: steps took {:.1} ms after the growth limit's raises, {:.1} ms \
+                     before: limit back to {limit} B, {released} B of cached memory given back",
+                    trial_nanos as f64 / 1e6,
+                    baseline_nanos as f64 / 1e6,
+                );
+            }
         }
     }
 
@@ -428,7 +446,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// an eighth ([`MISS_TIME_SHARE`] unless set); `None` keeps the limit where it is set,
     /// whatever the misses cost.
     pub fn set_miss_time_share(&mut self, share: Option<f64>) {
-        self.miss_time_share = share;
+        self.miss_rule.set_share(share);
     }
 
     fn grow(&mut self, size: u64) -> Result<ManagedMemoryHandle, IoError> {
@@ -535,8 +553,14 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         self.memory.storage().allocator_mut().set_cap(cap)
     }
 
-    /// Sets the allocator's growth limit (see [`CachingAllocator::set_growth_limit`]).
+    /// Sets the allocator's growth limit (see [`CachingAllocator::set_growth_limit`]); misses
+    /// may raise it again even where a raise of the limit before was taken back.
     pub fn set_growth_limit(&mut self, limit: Option<u64>) {
+        self.miss_rule.reset();
+        self.set_limit_keeping_the_rule(limit);
+    }
+
+    fn set_limit_keeping_the_rule(&mut self, limit: Option<u64>) {
         self.memory
             .storage()
             .allocator_mut()

@@ -276,6 +276,37 @@ fn expandable_segment_grows_instead_of_adding_segments() {
 }
 
 #[test]
+fn release_above_gives_back_only_down_to_the_limit_and_never_live_memory() {
+    for mut a in [plain(), expandable()] {
+        let live: Vec<_> = (0..8).map(|_| a.alloc(64 * MIB).unwrap()).collect();
+        let (kept, freed) = live.split_at(4);
+        for &block in freed {
+            a.dealloc(block).unwrap();
+        }
+        let reserved = a.stats().reserved_bytes;
+        assert_eq!(
+            a.release_above(reserved).unwrap(),
+            0,
+            "nothing above the limit"
+        );
+        let limit = reserved - 100 * MIB;
+        let released = a.release_above(limit).unwrap();
+        let after = a.stats().reserved_bytes;
+        assert_eq!(after, reserved - released);
+        assert!(
+            after <= limit,
+            "{after} B reserved over the {limit} B limit"
+        );
+        ok(&a, kept);
+        // Below what is live, all that is cached goes and the live blocks stay.
+        a.release_above(0).unwrap();
+        assert!(a.stats().reserved_bytes >= 4 * 64 * MIB);
+        assert_eq!(a.stats().allocated_bytes, 4 * 64 * MIB);
+        ok(&a, kept);
+    }
+}
+
+#[test]
 fn expandable_segments_can_be_turned_off() {
     let config = AllocatorConfig {
         expandable_segments: false,

@@ -405,3 +405,81 @@ fn without_marks_or_without_a_share_the_growth_limit_stays_however_much_misses_c
     reg.mark_step(true);
     assert_eq!(reg.counters().growth_limit_raises, 0, "no share was set");
 }
+
+/// A tight registry whose growth limit was raised once for a settled step spent missing,
+/// with its live tensors, the limit before the raise and the raised one.
+fn raised_on_trial() -> (
+    HandleRegistry<SimulatedDevice>,
+    std::collections::VecDeque<Tensor>,
+    u64,
+    u64,
+) {
+    let (mut reg, mut live) = tight_registry();
+    let limit = reg.stats().reserved_bytes;
+    reg.mark_step(true);
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    reg.mark_step(true);
+    assert_eq!(
+        reg.counters().growth_limit_raises,
+        1,
+        "{:?}",
+        reg.counters()
+    );
+    let raised = reg.storage().allocator().growth_limit().unwrap();
+    (reg, live, limit, raised)
+}
+
+/// Runs settled steps of `step` each (the device's work, no misses): the skipped one, which
+/// also uses the raised limit for tensors it drops, then the trial's.
+fn steps_after_the_raise(reg: &mut HandleRegistry<SimulatedDevice>, step: std::time::Duration) {
+    let extra: Vec<Tensor> = (0..6).map(|_| allocate(reg, 4 * MIB).unwrap()).collect();
+    drop(extra);
+    for _ in 0..=frugal_cuda::storage::TRIAL_STEPS {
+        std::thread::sleep(step);
+        reg.mark_step(true);
+    }
+}
+
+#[test]
+fn a_raise_after_which_steps_are_no_faster_is_taken_back_with_its_memory() {
+    let (mut reg, mut live, limit, raised) = raised_on_trial();
+    assert!(raised > limit);
+    steps_after_the_raise(&mut reg, std::time::Duration::from_millis(100));
+    let counters = reg.counters();
+    assert_eq!(counters.growth_limit_reverts, 1, "{counters:?}");
+    assert!(counters.reverted_bytes > 0, "{counters:?}");
+    assert_eq!(reg.storage().allocator().growth_limit(), Some(limit));
+    let reserved = reg.stats().reserved_bytes;
+    assert!(
+        reserved <= limit,
+        "{reserved} B reserved over the {limit} B limit"
+    );
+    // Refuted: misses as costly as before no longer raise the limit.
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    reg.mark_step(true);
+    assert_eq!(
+        reg.counters().growth_limit_raises,
+        1,
+        "{:?}",
+        reg.counters()
+    );
+    // Until the limit is set anew.
+    reg.set_growth_limit(Some(limit));
+    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
+    reg.mark_step(true);
+    assert_eq!(
+        reg.counters().growth_limit_raises,
+        2,
+        "{:?}",
+        reg.counters()
+    );
+}
+
+#[test]
+fn a_raise_after_which_steps_are_faster_stays() {
+    let (mut reg, _live, _, raised) = raised_on_trial();
+    steps_after_the_raise(&mut reg, std::time::Duration::from_millis(5));
+    let counters = reg.counters();
+    assert_eq!(counters.growth_limit_reverts, 0, "{counters:?}");
+    assert!(reg.storage().allocator().growth_limit().unwrap() >= raised);
+}

@@ -179,8 +179,9 @@ fn tag<X: Backend, const D: usize>(tensor: Tensor<Frugal<X>, D>, role: Role) {
 /// allocator's growth limit to the budget plus [`RESERVE_HEADROOM`] of it (see
 /// [`set_growth_limit`]), and marks for the allocator each step that begins under the step
 /// plan's cuts, and whether they had settled (`frugal_cuda::mark_step`): where misses the
-/// device had to wait for took more than a share of a settled step, the allocator raises the growth limit by an eighth,
-/// trading reserved bytes the device has free for the host time each miss costs
+/// device had to wait for took more than a share of a settled step, the allocator raises the
+/// growth limit by an eighth, trading reserved bytes the device has free for the host time
+/// each miss costs, and takes the raise back where the steps after it are no faster
 /// (`frugal_cuda::set_miss_time_share` with `None` keeps the limit).
 pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
     let state = DeviceState::of_device(device);

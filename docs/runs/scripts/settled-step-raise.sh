@@ -39,7 +39,7 @@ for part in ${PARTS:-encoder lstm gpt}; do
   case $part in
     encoder) family encoder 150 120 ${ENCODER_RUNS:-0.333:default 0.333:off 0.5:default 0.5:off} ;;
     lstm) family lstm 120 120 ${LSTM_RUNS:-0.5:default 0.333:default 0.333:off} ;;
-    resnet) family resnet 150 120 ${RESNET_RUNS:-0.5:default 0.333:default 0.333:off} ;;
+    resnet) family resnet ${RESNET_PLAIN_LIMIT:-150} ${RESNET_LIMIT:-120} ${RESNET_RUNS:-0.5:default 0.333:default 0.333:off} ;;
     gpt)
       unxz_bins gpt
       export RUST_LOG="error,gpt=info"
@@ -74,13 +74,15 @@ for f in sorted(glob.glob(os.environ['OUT'] + '/runs/*.out')):
               'budget', d['budget'], 'steady peak', d['steady_peak_live'],
               'reserved', d['allocator_peak_reserved'],
               'limit', a.get('growth_limit'), 'raises', a.get('growth_limit_raises'),
+              'reverts', a.get('growth_limit_reverts'), 'end reserved', a.get('reserved_bytes'),
               'marked', a.get('marked_steps'), 'settled', d.get('settled_steps'),
               'later compiled', d.get('later_compiled'),
               'loss %.4f->%.4f' % (d['losses'][0], d['losses'][-1]))
 for f in sorted(glob.glob(os.environ['OUT'] + '/runs/steps-*.json')):
     s = json.load(open(f))
     print(os.path.basename(f), 'median of steps 4 on %.2f ms' % statistics.median(x['step_ms'] for x in s[3:]),
-          'peak', max(x['peak_bytes'] for x in s))
+          'peak', max(x['peak_bytes'] for x in s),
+          'reserved after steps', [x.get('allocator', {}).get('reserved_bytes') for x in s])
 PY
 grep -h "peak reserved" $R/*.out
 cat $R/summary.txt

@@ -313,6 +313,10 @@ pub struct AllocatorPeaks {
     pub growth_limit: Option<u64>,
     /// Allocations that reserved beyond the growth limit.
     pub growth_limit_passes: u64,
+    /// Times misses that cost the device time raised the growth limit, and times such raises
+    /// were taken back (the steps after them were no faster).
+    pub growth_limit_raises: u64,
+    pub growth_limit_reverts: u64,
 }
 
 /// frugal-cuda's allocator statistics on `device`; `None` on other devices (and in builds
@@ -326,13 +330,19 @@ fn frugal_cuda_stats<D: 'static>(device: &D) -> Option<frugal_cuda::allocator::S
 /// frugal-cuda's allocator peaks on `device`; `None` on other devices.
 pub fn allocator_peaks<D: 'static>(device: &D) -> Option<AllocatorPeaks> {
     #[cfg(feature = "frugal-cuda")]
-    if let Some(stats) = frugal_cuda_stats(device) {
+    if let Some(device) =
+        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
+    {
+        let report = frugal_cuda::memory_report(device);
+        let stats = report.stats;
         return Some(AllocatorPeaks {
             allocated: stats.peak_allocated_bytes,
             reserved: stats.peak_reserved_bytes,
             cap: stats.cap,
             growth_limit: stats.growth_limit,
             growth_limit_passes: stats.growth_limit_passes,
+            growth_limit_raises: report.registry.growth_limit_raises,
+            growth_limit_reverts: report.registry.growth_limit_reverts,
         });
     }
     let _ = device;

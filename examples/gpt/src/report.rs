@@ -262,9 +262,12 @@ pub fn print_summary<D: DeviceOps + 'static>(
             .growth_limit
             .map(|limit| {
                 format!(
-                    "; growth limit {} ({limit} B), passed {} times",
+                    "; growth limit {} ({limit} B), passed {} times, raised {} times for \
+                     misses ({} taken back)",
                     format_bytes(limit),
-                    peaks.growth_limit_passes
+                    peaks.growth_limit_passes,
+                    peaks.growth_limit_raises,
+                    peaks.growth_limit_reverts
                 )
             })
             .unwrap_or_default();

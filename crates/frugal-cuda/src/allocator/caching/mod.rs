@@ -386,6 +386,21 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.release(Release::Holes, u64::MAX, None)
     }
 
+    /// Gives cached memory back until at most `limit` bytes are reserved, as far as live blocks
+    /// allow: free segment ends first, then the holes between live blocks. Returns the bytes
+    /// released.
+    pub fn release_above(&mut self, limit: u64) -> Result<u64, AllocError> {
+        let excess = self.st.reserved_bytes.saturating_sub(limit);
+        if excess == 0 {
+            return Ok(0);
+        }
+        let ends = self.release(Release::Ends, excess, None)?;
+        if ends >= excess {
+            return Ok(ends);
+        }
+        Ok(ends + self.release(Release::Holes, excess - ends, None)?)
+    }
+
     /// [`Self::release_cached`], unmapping only free ends of expandable segments with
     /// [`Release::Ends`].
     /// It stops once `enough` bytes are given back, and gives back nothing of the free blocks

@@ -1,0 +1,380 @@
+//! When the growth limit gives way to misses, and when it is taken back.
+//!
+//! [`MissRule`] sees the marked steps and the host time of the misses after which the device
+//! had run out of work (see [`crate::storage::HandleRegistry`]). Where such misses took more
+//! than their share of a settled step, it raises the growth limit by an eighth. The measure can
+//! overstate what the misses cost (the device may have had nothing to do for other reasons),
+//! so a raise is a trial: after it, the rule skips one step (it maps the new memory) and then
+//! times [`TRIAL_STEPS`] settled steps. Unless the fastest of them beats the fastest of the
+//! steps before the raise by at least half the share, the raise did not pay for the memory it
+//! took: the limit goes back where it was (the registry gives the cached memory above it back)
+//! and is not raised again until the limit is set anew. Raises in a row, while the misses
+//! still take their share, are one trial, judged against the steps before the first.
+//!
+//! The rule is pure bookkeeping over times it is handed, so it is tested with made-up times.
+
+use std::time::Instant;
+
+/// The share of a marked step the misses after which the device had run out of work may take
+/// before the growth limit is raised by an eighth (see
+/// [`crate::storage::HandleRegistry::set_miss_time_share`]).
+pub const MISS_TIME_SHARE: f64 = 0.05;
+
+/// Settled steps timed after a raise (and the one step skipped) to see whether it paid off.
+pub const TRIAL_STEPS: usize = 3;
+
+/// Settled steps before a raise whose fastest is the trial's baseline.
+const BASELINE_STEPS: usize = 3;
+
+/// What the registry should do with the growth limit at a step's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Leave it.
+    Keep,
+    /// Raise it to `limit`: the device waited `waited_nanos` of the `step_nanos` step for misses.
+    Raise {
+        /// The new limit.
+        limit: u64,
+        /// Host time of the misses after which the device had run out of work.
+        waited_nanos: u64,
+        /// The step's duration.
+        step_nanos: u64,
+    },
+    /// The raises of the trial did not make steps faster: set it back to `limit` and give the
+    /// cached memory above it back.
+    Revert {
+        /// The limit before the trial's first raise.
+        limit: u64,
+        /// The fastest settled step before the trial.
+        baseline_nanos: u64,
+        /// The fastest of the trial's steps.
+        trial_nanos: u64,
+    },
+    /// The trial's steps were faster: the raises stay.
+    PaidOff {
+        /// The fastest settled step before the trial.
+        baseline_nanos: u64,
+        /// The fastest of the trial's steps.
+        trial_nanos: u64,
+    },
+}
+
+/// The step being timed: when it began (its mark), the misses' host time since, and whether
+/// it is one to judge.
+#[derive(Debug, Clone, Copy)]
+struct StepMisses {
+    since: Instant,
+    waited_nanos: u64,
+    settled: bool,
+}
+
+/// Raises under trial: the limit and the fastest step before the first of them, and the
+/// steps timed since the last.
+#[derive(Debug, Clone, Copy)]
+struct Trial {
+    limit_before: u64,
+    baseline_nanos: u64,
+    skip: usize,
+    timed: usize,
+    fastest_nanos: u64,
+}
+
+/// The growth limit's rule over marked steps; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct MissRule {
+    share: Option<f64>,
+    step: Option<StepMisses>,
+    /// The last settled steps' durations (a ring; 0: none yet).
+    recent_nanos: [u64; BASELINE_STEPS],
+    recent_next: usize,
+    trial: Option<Trial>,
+    /// A trial did not pay off: no raise until [`Self::reset`].
+    refuted: bool,
+}
+
+impl Default for MissRule {
+    fn default() -> Self {
+        Self {
+            share: Some(MISS_TIME_SHARE),
+            step: None,
+            recent_nanos: [0; BASELINE_STEPS],
+            recent_next: 0,
+            trial: None,
+            refuted: false,
+        }
+    }
+}
+
+impl MissRule {
+    /// Sets the share (`None`: never raise); a trial under way is dropped, its raises kept.
+    pub fn set_share(&mut self, share: Option<f64>) {
+        self.share = share;
+        self.trial = None;
+    }
+
+    /// Forgets trials and refutations: the limit was set anew.
+    pub fn reset(&mut self) {
+        self.trial = None;
+        self.refuted = false;
+        self.recent_nanos = [0; BASELINE_STEPS];
+        self.recent_next = 0;
+    }
+
+    /// Whether a raise was taken back since the limit was last set (then none follows).
+    pub fn refuted(&self) -> bool {
+        self.refuted
+    }
+
+    /// Adds a miss's host time, after which the device had run out of work, to the step.
+    pub fn add_wait(&mut self, nanos: u64) {
+        if let Some(step) = self.step.as_mut() {
+            step.waited_nanos += nanos;
+        }
+    }
+
+    /// Marks a step's beginning at `now` (the end of the one before), `settled` if it repeats
+    /// the ones that follow, with the growth limit at `limit`; says what to do with the limit.
+    pub fn mark(&mut self, now: Instant, settled: bool, limit: Option<u64>) -> Verdict {
+        let ended = self.step.replace(StepMisses {
+            since: now,
+            waited_nanos: 0,
+            settled,
+        });
+        let (Some(ended), Some(limit), Some(allowed)) = (ended, limit, self.share) else {
+            return Verdict::Keep;
+        };
+        if !ended.settled {
+            return Verdict::Keep;
+        }
+        let step_nanos = (now.saturating_duration_since(ended.since).as_nanos() as u64).max(1);
+        let verdict = self.judge(ended.waited_nanos, step_nanos, limit, allowed);
+        self.recent_nanos[self.recent_next] = step_nanos;
+        self.recent_next = (self.recent_next + 1) % BASELINE_STEPS;
+        verdict
+    }
+
+    fn judge(&mut self, waited_nanos: u64, step_nanos: u64, limit: u64, allowed: f64) -> Verdict {
+        if !self.refuted && waited_nanos as f64 > allowed * step_nanos as f64 {
+            let baseline_nanos = self
+                .recent_nanos
+                .iter()
+                .copied()
+                .filter(|&nanos| nanos > 0)
+                .fold(step_nanos, u64::min);
+            let trial = self.trial.get_or_insert(Trial {
+                limit_before: limit,
+                baseline_nanos,
+                skip: 0,
+                timed: 0,
+                fastest_nanos: u64::MAX,
+            });
+            trial.skip = 1;
+            trial.timed = 0;
+            trial.fastest_nanos = u64::MAX;
+            return Verdict::Raise {
+                limit: limit.saturating_add(limit / 8),
+                waited_nanos,
+                step_nanos,
+            };
+        }
+        let Some(trial) = self.trial.as_mut() else {
+            return Verdict::Keep;
+        };
+        if trial.skip > 0 {
+            trial.skip -= 1;
+            return Verdict::Keep;
+        }
+        trial.timed += 1;
+        trial.fastest_nanos = trial.fastest_nanos.min(step_nanos);
+        if trial.timed < TRIAL_STEPS {
+            return Verdict::Keep;
+        }
+        let trial = self.trial.take().expect("a trial under way");
+        let needed = trial.baseline_nanos as f64 * (1.0 - allowed / 2.0);
+        if trial.fastest_nanos as f64 <= needed {
+            Verdict::PaidOff {
+                baseline_nanos: trial.baseline_nanos,
+                trial_nanos: trial.fastest_nanos,
+            }
+        } else {
+            self.refuted = true;
+            Verdict::Revert {
+                limit: trial.limit_before,
+                baseline_nanos: trial.baseline_nanos,
+                trial_nanos: trial.fastest_nanos,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const LIMIT: u64 = 800 * MS;
+
+    /// A rule fed made-up steps: a clock, the limit as the verdicts leave it.
+    struct Steps {
+        rule: MissRule,
+        now: Instant,
+        limit: u64,
+    }
+
+    impl Steps {
+        /// A rule whose first step (settled or not) begins now.
+        fn new(rule: MissRule, settled: bool) -> Self {
+            let mut steps = Self {
+                rule,
+                now: Instant::now(),
+                limit: LIMIT,
+            };
+            assert_eq!(
+                steps.rule.mark(steps.now, settled, Some(LIMIT)),
+                Verdict::Keep
+            );
+            steps
+        }
+
+        /// Runs the open step for `ms`, the device waiting `waited` ms of it for misses, and
+        /// begins the next one (`settled` or not); the verdict at that mark.
+        fn step(&mut self, ms: u64, waited: u64, settled: bool) -> Verdict {
+            self.rule.add_wait(waited * MS);
+            self.now += Duration::from_millis(ms);
+            let verdict = self.rule.mark(self.now, settled, Some(self.limit));
+            if let Verdict::Raise { limit, .. } | Verdict::Revert { limit, .. } = verdict {
+                self.limit = limit;
+            }
+            verdict
+        }
+
+        /// Settled steps of the given (ms, waited ms).
+        fn settled(&mut self, spans: &[(u64, u64)]) -> Vec<Verdict> {
+            spans
+                .iter()
+                .map(|&(ms, waited)| self.step(ms, waited, true))
+                .collect()
+        }
+    }
+
+    fn raises(verdicts: &[Verdict]) -> usize {
+        verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Raise { .. }))
+            .count()
+    }
+
+    #[test]
+    fn a_raise_after_which_steps_are_faster_stays() {
+        let mut run = Steps::new(MissRule::default(), true);
+        let verdicts = run.settled(&[
+            (50, 1),
+            (50, 1),
+            (50, 10),
+            (52, 0),
+            (40, 0),
+            (41, 0),
+            (40, 0),
+        ]);
+        assert_eq!(raises(&verdicts), 1);
+        assert_eq!(
+            verdicts.last(),
+            Some(&Verdict::PaidOff {
+                baseline_nanos: 50 * MS,
+                trial_nanos: 40 * MS
+            })
+        );
+        assert_eq!(run.limit, LIMIT + LIMIT / 8);
+    }
+
+    #[test]
+    fn a_raise_after_which_steps_are_no_faster_is_taken_back_and_not_tried_again() {
+        let mut run = Steps::new(MissRule::default(), true);
+        let verdicts = run.settled(&[
+            (45, 4),
+            (50, 0),
+            (44, 0),
+            (46, 0),
+            (45, 0),
+            (45, 5),
+            (45, 5),
+        ]);
+        assert_eq!(raises(&verdicts), 1);
+        assert_eq!(
+            verdicts[4],
+            Verdict::Revert {
+                limit: LIMIT,
+                baseline_nanos: 45 * MS,
+                trial_nanos: 44 * MS
+            },
+            "44 ms is not 2.5% faster than 45 ms"
+        );
+        assert_eq!(run.limit, LIMIT);
+        assert!(run.rule.refuted());
+        assert_eq!(raises(&verdicts[5..]), 0, "{verdicts:?}");
+        run.rule.reset();
+        assert!(!run.rule.refuted());
+        assert_eq!(
+            raises(&run.settled(&[(45, 5)])),
+            1,
+            "a limit set anew may be raised again"
+        );
+    }
+
+    #[test]
+    fn raises_in_a_row_are_one_trial_judged_against_the_steps_before_the_first() {
+        let mut run = Steps::new(MissRule::default(), true);
+        let verdicts = run.settled(&[
+            (60, 0),
+            (50, 20),
+            (45, 15),
+            (40, 10),
+            (35, 0),
+            (30, 0),
+            (30, 0),
+            (31, 0),
+        ]);
+        assert_eq!(raises(&verdicts), 3);
+        assert_eq!(run.limit, (0..3).fold(LIMIT, |l, _| l + l / 8));
+        assert_eq!(
+            verdicts.last(),
+            Some(&Verdict::PaidOff {
+                baseline_nanos: 50 * MS,
+                trial_nanos: 30 * MS
+            })
+        );
+    }
+
+    #[test]
+    fn unsettled_steps_are_neither_judged_nor_timed_for_a_trial() {
+        let mut run = Steps::new(MissRule::default(), false);
+        assert_eq!(run.step(40, 30, true), Verdict::Keep, "began unsettled");
+        assert!(matches!(run.step(40, 10, true), Verdict::Raise { .. }));
+        assert_eq!(run.step(40, 0, false), Verdict::Keep, "the skipped step");
+        // Steps that began unsettled do not count towards the trial, however fast.
+        for _ in 0..TRIAL_STEPS {
+            assert_eq!(run.step(5, 0, false), Verdict::Keep);
+        }
+        assert_eq!(run.step(5, 0, true), Verdict::Keep);
+        let rest = run.settled(&[(40, 0), (40, 0), (40, 0)]);
+        assert!(matches!(rest[2], Verdict::Revert { .. }), "{rest:?}");
+    }
+
+    #[test]
+    fn without_a_share_or_a_limit_nothing_is_raised() {
+        let mut rule = MissRule::default();
+        rule.set_share(None);
+        let mut run = Steps::new(rule, true);
+        assert_eq!(raises(&run.settled(&[(40, 30), (40, 30)])), 0);
+        let mut rule = MissRule::default();
+        let now = Instant::now();
+        rule.mark(now, true, None);
+        rule.add_wait(30 * MS);
+        assert_eq!(
+            rule.mark(now + Duration::from_millis(40), true, None),
+            Verdict::Keep
+        );
+    }
+}
