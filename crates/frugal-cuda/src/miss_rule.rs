@@ -4,12 +4,16 @@
 //! had run out of work (see [`crate::storage::HandleRegistry`]). Where such misses took more
 //! than their share of a settled step, it raises the growth limit by an eighth. The measure can
 //! overstate what the misses cost (the device may have had nothing to do for other reasons),
-//! so a raise is a trial: after it, the rule skips one step (it maps the new memory) and then
-//! times [`TRIAL_STEPS`] settled steps. Unless the fastest of them beats the fastest of the
-//! steps before the raise by at least half the share, the raise did not pay for the memory it
-//! took: the limit goes back where it was (the registry gives the cached memory above it back)
-//! and is not raised again until the limit is set anew. Raises in a row, while the misses
-//! still take their share, are one trial, judged against the steps before the first.
+//! so a raise is a trial, judged against the fastest of the step it was judged on and the
+//! [`BASELINE_STEPS`] settled steps before it (a raise waits for them): after it, the rule
+//! skips one step (it maps the new memory) and then times [`TRIAL_STEPS`] settled steps.
+//! Unless the fastest of them beats that baseline by at least half the share, the raise did
+//! not pay for the memory it took: the limit goes back where it was (the registry gives the
+//! cached memory above it back) and is not raised again until the limit is set anew. Raises in
+//! a row, while the misses still take their share, are one trial. A step that begins unsettled
+//! (the caller's plan adapts) ends the steps of the baseline, and a trial under way: its raises
+//! are taken back, since what they are judged against has changed, but the new plan's misses
+//! may raise the limit again.
 //!
 //! The rule is pure bookkeeping over times it is handed, so it is tested with made-up times.
 
@@ -23,8 +27,9 @@ pub const MISS_TIME_SHARE: f64 = 0.05;
 /// Settled steps timed after a raise (and the one step skipped) to see whether it paid off.
 pub const TRIAL_STEPS: usize = 3;
 
-/// Settled steps before a raise whose fastest is the trial's baseline.
-const BASELINE_STEPS: usize = 3;
+/// Settled steps of the same plan a raise waits for before the step it is judged on; their
+/// fastest, with that step, is the trial's baseline.
+pub const BASELINE_STEPS: usize = 2;
 
 /// What the registry should do with the growth limit at a step's mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +54,12 @@ pub enum Verdict {
         baseline_nanos: u64,
         /// The fastest of the trial's steps.
         trial_nanos: u64,
+    },
+    /// A step began unsettled during the trial: set the limit back to `limit` and give the
+    /// cached memory above it back (what the raises were to be judged against has changed).
+    Abandon {
+        /// The limit before the trial's first raise.
+        limit: u64,
     },
     /// The trial's steps were faster: the raises stay.
     PaidOff {
@@ -84,8 +95,10 @@ struct Trial {
 pub struct MissRule {
     share: Option<f64>,
     step: Option<StepMisses>,
-    /// The last settled steps' durations (a ring; 0: none yet).
+    /// The durations of the last settled steps since one began unsettled (a ring).
     recent_nanos: [u64; BASELINE_STEPS],
+    /// How many of `recent_nanos` hold a step, and where the next goes.
+    recent_len: usize,
     recent_next: usize,
     trial: Option<Trial>,
     /// A trial did not pay off: no raise until [`Self::reset`].
@@ -98,6 +111,7 @@ impl Default for MissRule {
             share: Some(MISS_TIME_SHARE),
             step: None,
             recent_nanos: [0; BASELINE_STEPS],
+            recent_len: 0,
             recent_next: 0,
             trial: None,
             refuted: false,
@@ -116,8 +130,7 @@ impl MissRule {
     pub fn reset(&mut self) {
         self.trial = None;
         self.refuted = false;
-        self.recent_nanos = [0; BASELINE_STEPS];
-        self.recent_next = 0;
+        self.recent_len = 0;
     }
 
     /// Whether a raise was taken back since the limit was last set (then none follows).
@@ -140,26 +153,34 @@ impl MissRule {
             waited_nanos: 0,
             settled,
         });
-        let (Some(ended), Some(limit), Some(allowed)) = (ended, limit, self.share) else {
-            return Verdict::Keep;
-        };
-        if !ended.settled {
-            return Verdict::Keep;
+        let ended = ended.filter(|step| step.settled);
+        let mut verdict = Verdict::Keep;
+        if let (Some(ended), Some(limit), Some(allowed)) = (ended, limit, self.share) {
+            let step_nanos = (now.saturating_duration_since(ended.since).as_nanos() as u64).max(1);
+            if settled {
+                verdict = self.judge(ended.waited_nanos, step_nanos, limit, allowed);
+                self.recent_nanos[self.recent_next] = step_nanos;
+                self.recent_next = (self.recent_next + 1) % BASELINE_STEPS;
+                self.recent_len = (self.recent_len + 1).min(BASELINE_STEPS);
+            }
         }
-        let step_nanos = (now.saturating_duration_since(ended.since).as_nanos() as u64).max(1);
-        let verdict = self.judge(ended.waited_nanos, step_nanos, limit, allowed);
-        self.recent_nanos[self.recent_next] = step_nanos;
-        self.recent_next = (self.recent_next + 1) % BASELINE_STEPS;
+        if !settled {
+            self.recent_len = 0;
+            if let Some(trial) = self.trial.take() {
+                verdict = Verdict::Abandon {
+                    limit: trial.limit_before,
+                };
+            }
+        }
         verdict
     }
 
     fn judge(&mut self, waited_nanos: u64, step_nanos: u64, limit: u64, allowed: f64) -> Verdict {
-        if !self.refuted && waited_nanos as f64 > allowed * step_nanos as f64 {
-            let baseline_nanos = self
-                .recent_nanos
+        let missing = waited_nanos as f64 > allowed * step_nanos as f64;
+        if missing && !self.refuted && (self.trial.is_some() || self.recent_len == BASELINE_STEPS) {
+            let baseline_nanos = self.recent_nanos[..self.recent_len]
                 .iter()
                 .copied()
-                .filter(|&nanos| nanos > 0)
                 .fold(step_nanos, u64::min);
             let trial = self.trial.get_or_insert(Trial {
                 limit_before: limit,
@@ -244,7 +265,10 @@ mod tests {
             self.rule.add_wait(waited * MS);
             self.now += Duration::from_millis(ms);
             let verdict = self.rule.mark(self.now, settled, Some(self.limit));
-            if let Verdict::Raise { limit, .. } | Verdict::Revert { limit, .. } = verdict {
+            if let Verdict::Raise { limit, .. }
+            | Verdict::Revert { limit, .. }
+            | Verdict::Abandon { limit } = verdict
+            {
                 self.limit = limit;
             }
             verdict
@@ -293,6 +317,8 @@ mod tests {
     fn a_raise_after_which_steps_are_no_faster_is_taken_back_and_not_tried_again() {
         let mut run = Steps::new(MissRule::default(), true);
         let verdicts = run.settled(&[
+            (45, 0),
+            (46, 0),
             (45, 4),
             (50, 0),
             (44, 0),
@@ -303,7 +329,7 @@ mod tests {
         ]);
         assert_eq!(raises(&verdicts), 1);
         assert_eq!(
-            verdicts[4],
+            verdicts[6],
             Verdict::Revert {
                 limit: LIMIT,
                 baseline_nanos: 45 * MS,
@@ -313,20 +339,33 @@ mod tests {
         );
         assert_eq!(run.limit, LIMIT);
         assert!(run.rule.refuted());
-        assert_eq!(raises(&verdicts[5..]), 0, "{verdicts:?}");
+        assert_eq!(raises(&verdicts[7..]), 0, "{verdicts:?}");
         run.rule.reset();
         assert!(!run.rule.refuted());
         assert_eq!(
-            raises(&run.settled(&[(45, 5)])),
+            raises(&run.settled(&[(45, 0), (45, 0), (45, 5)])),
             1,
             "a limit set anew may be raised again"
         );
     }
 
     #[test]
+    fn a_raise_waits_for_settled_steps_to_judge_it_against() {
+        let mut run = Steps::new(MissRule::default(), true);
+        let verdicts = run.settled(&[(50, 20), (50, 20), (50, 20)]);
+        assert_eq!(
+            raises(&verdicts[..BASELINE_STEPS]),
+            0,
+            "no steps before: {verdicts:?}"
+        );
+        assert!(matches!(verdicts[BASELINE_STEPS], Verdict::Raise { .. }));
+    }
+
+    #[test]
     fn raises_in_a_row_are_one_trial_judged_against_the_steps_before_the_first() {
         let mut run = Steps::new(MissRule::default(), true);
         let verdicts = run.settled(&[
+            (60, 0),
             (60, 0),
             (50, 20),
             (45, 15),
@@ -348,18 +387,23 @@ mod tests {
     }
 
     #[test]
-    fn unsettled_steps_are_neither_judged_nor_timed_for_a_trial() {
+    fn a_step_begun_unsettled_abandons_the_trial_and_starts_a_new_baseline() {
         let mut run = Steps::new(MissRule::default(), false);
         assert_eq!(run.step(40, 30, true), Verdict::Keep, "began unsettled");
-        assert!(matches!(run.step(40, 10, true), Verdict::Raise { .. }));
-        assert_eq!(run.step(40, 0, false), Verdict::Keep, "the skipped step");
-        // Steps that began unsettled do not count towards the trial, however fast.
+        let verdicts = run.settled(&[(40, 0), (40, 0), (40, 10)]);
+        assert!(matches!(verdicts[2], Verdict::Raise { .. }), "{verdicts:?}");
+        // The plan adapts again: the raise goes, not refuted.
+        assert_eq!(run.step(40, 0, false), Verdict::Abandon { limit: LIMIT });
+        assert_eq!(run.limit, LIMIT);
+        assert!(!run.rule.refuted());
         for _ in 0..TRIAL_STEPS {
-            assert_eq!(run.step(5, 0, false), Verdict::Keep);
+            assert_eq!(run.step(5, 30, false), Verdict::Keep, "not judged");
         }
-        assert_eq!(run.step(5, 0, true), Verdict::Keep);
-        let rest = run.settled(&[(40, 0), (40, 0), (40, 0)]);
-        assert!(matches!(rest[2], Verdict::Revert { .. }), "{rest:?}");
+        assert_eq!(run.step(5, 30, true), Verdict::Keep, "began unsettled");
+        // The new plan's steps are a new baseline, and may raise the limit again.
+        let verdicts = run.settled(&[(40, 10), (40, 10), (40, 10)]);
+        assert_eq!(raises(&verdicts[..BASELINE_STEPS]), 0, "{verdicts:?}");
+        assert!(matches!(verdicts[BASELINE_STEPS], Verdict::Raise { .. }));
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub use crate::allocator::TraceEvent;
 use crate::allocator::{
     ALIGNMENT, AllocError, BlockHandle, CachingAllocator, DeviceMemory, OomInfo, Stats,
 };
-pub use crate::miss_rule::{MISS_TIME_SHARE, TRIAL_STEPS};
+pub use crate::miss_rule::{BASELINE_STEPS, MISS_TIME_SHARE, TRIAL_STEPS};
 use crate::miss_rule::{MissRule, Verdict};
 
 /// How many kernel-argument slots [`AllocatorStorage::get`] cycles through. A launch passes the
@@ -267,7 +267,7 @@ pub struct RegistryCounters {
     /// marked step (see [`MISS_TIME_SHARE`]).
     pub growth_limit_raises: u64,
     /// Times raises were taken back because the steps after them were no faster (see
-    /// [`TRIAL_STEPS`]).
+    /// [`TRIAL_STEPS`]) or the caller's plan changed while they were on trial.
     pub growth_limit_reverts: u64,
     /// Cached bytes given back to the device when raises were taken back.
     pub reverted_bytes: u64,
@@ -384,7 +384,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// eighth, on trial: unless the settled steps after it are faster (see [`TRIAL_STEPS`]),
     /// the limit goes back, the cached memory above it is given back, and it is not raised
     /// again until set anew. A step that compiled kernels or learned its plan is not settled:
-    /// it is neither judged nor timed.
+    /// it is neither judged nor timed, and it takes back raises still on trial.
     pub fn mark_step(&mut self, settled: bool) {
         self.counters.marked_steps += u64::from(settled);
         let limit = self.memory.storage().allocator().growth_limit();
@@ -418,20 +418,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
                 baseline_nanos,
                 trial_nanos,
             } => {
-                self.set_limit_keeping_the_rule(Some(limit));
-                // CubeCL's free slots hold blocks until it hands them back.
-                self.memory.cleanup(true);
-                let released = self
-                    .memory
-                    .storage()
-                    .allocator_mut()
-                    .release_above(limit)
-                    .unwrap_or_else(|e| {
-                        log::warn!("frugal-cuda: giving cached memory back failed: {e}");
-                        0
-                    });
-                self.counters.growth_limit_reverts += 1;
-                self.counters.reverted_bytes += released;
+                let released = self.take_raises_back(limit);
                 log::debug!(
                     "frugal-cuda: steps took {:.1} ms after the growth limit's raises, {:.1} ms \
                      before: limit back to {limit} B, {released} B of cached memory given back",
@@ -439,7 +426,34 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
                     baseline_nanos as f64 / 1e6,
                 );
             }
+            Verdict::Abandon { limit } => {
+                let released = self.take_raises_back(limit);
+                log::debug!(
+                    "frugal-cuda: the plan changed while the growth limit's raises were on \
+                     trial: limit back to {limit} B, {released} B of cached memory given back",
+                );
+            }
         }
+    }
+
+    /// Sets the growth limit back to `limit` after raises on trial and gives the cached memory
+    /// above it back; returns the bytes given back.
+    fn take_raises_back(&mut self, limit: u64) -> u64 {
+        self.set_limit_keeping_the_rule(Some(limit));
+        // CubeCL's free slots hold blocks until it hands them back.
+        self.memory.cleanup(true);
+        let released = self
+            .memory
+            .storage()
+            .allocator_mut()
+            .release_above(limit)
+            .unwrap_or_else(|e| {
+                log::warn!("frugal-cuda: giving cached memory back failed: {e}");
+                0
+            });
+        self.counters.growth_limit_reverts += 1;
+        self.counters.reverted_bytes += released;
+        released
     }
 
     /// Sets the share of a marked step misses may take before the growth limit is raised by

@@ -17,7 +17,7 @@ use cubecl_runtime::memory_management::{ManagedMemoryHandle, MemoryHandle};
 use frugal_cuda::allocator::{
     AllocError, AllocatorConfig, CachingAllocator, SimulatedDevice, round_size,
 };
-use frugal_cuda::storage::HandleRegistry;
+use frugal_cuda::storage::{BASELINE_STEPS, HandleRegistry, TRIAL_STEPS};
 use proptest::prelude::*;
 
 fn registry(config: AllocatorConfig) -> HandleRegistry<SimulatedDevice> {
@@ -319,13 +319,26 @@ fn tight_registry() -> (
     (reg, live)
 }
 
+/// Marks settled steps that each spend 50 ms missing: a raise waits for [`BASELINE_STEPS`] of
+/// them before the one it is judged on. Returns the reservations made.
+fn steps_spent_missing(
+    reg: &mut HandleRegistry<SimulatedDevice>,
+    live: &mut std::collections::VecDeque<Tensor>,
+) -> u64 {
+    let mut made = 0;
+    for _ in 0..=BASELINE_STEPS {
+        made += churn_missing(reg, live, std::time::Duration::from_millis(50));
+        reg.mark_step(true);
+    }
+    made
+}
+
 #[test]
 fn a_marked_step_that_spent_its_time_missing_raises_the_growth_limit() {
     let (mut reg, mut live) = tight_registry();
     let limit = reg.stats().reserved_bytes;
     reg.mark_step(true);
-    let made = churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
-    reg.mark_step(true);
+    let made = steps_spent_missing(&mut reg, &mut live);
     let counters = reg.counters();
     assert!(
         counters.misses * 20 > made,
@@ -334,7 +347,7 @@ fn a_marked_step_that_spent_its_time_missing_raises_the_growth_limit() {
     );
     assert_eq!(
         (counters.marked_steps, counters.growth_limit_raises),
-        (2, 1),
+        (BASELINE_STEPS as u64 + 2, 1),
         "misses were nearly all of the step, yet the limit was not raised once: {counters:?}"
     );
     // The raise adds an eighth; the allocator's own passes may lift the limit further.
@@ -383,15 +396,14 @@ fn a_step_that_began_unsettled_is_not_judged() {
         "{:?}",
         reg.counters()
     );
-    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
-    reg.mark_step(false);
+    steps_spent_missing(&mut reg, &mut live);
     assert_eq!(
         reg.counters().growth_limit_raises,
         1,
         "{:?}",
         reg.counters()
     );
-    assert_eq!(reg.counters().marked_steps, 1);
+    assert_eq!(reg.counters().marked_steps, BASELINE_STEPS as u64 + 2);
 }
 
 #[test]
@@ -415,10 +427,8 @@ fn raised_on_trial() -> (
     u64,
 ) {
     let (mut reg, mut live) = tight_registry();
-    let limit = reg.stats().reserved_bytes;
     reg.mark_step(true);
-    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
-    reg.mark_step(true);
+    steps_spent_missing(&mut reg, &mut live);
     assert_eq!(
         reg.counters().growth_limit_raises,
         1,
@@ -426,15 +436,31 @@ fn raised_on_trial() -> (
         reg.counters()
     );
     let raised = reg.storage().allocator().growth_limit().unwrap();
-    (reg, live, limit, raised)
+    // The raise adds an eighth to the limit as it was then (the allocator's own passes may
+    // have lifted it while the steps ran).
+    let before = (raised * 8 / 9 - 2..=raised * 8 / 9 + 2)
+        .find(|before| before + before / 8 == raised)
+        .expect("a raise by an eighth");
+    (reg, live, before, raised)
 }
 
 /// Runs settled steps of `step` each (the device's work, no misses): the skipped one, which
-/// also uses the raised limit for tensors it drops, then the trial's.
-fn steps_after_the_raise(reg: &mut HandleRegistry<SimulatedDevice>, step: std::time::Duration) {
-    let extra: Vec<Tensor> = (0..6).map(|_| allocate(reg, 4 * MIB).unwrap()).collect();
+/// reserves beyond the limit `before` the raise for tensors it drops, then the trial's.
+fn steps_after_the_raise(
+    reg: &mut HandleRegistry<SimulatedDevice>,
+    before: u64,
+    step: std::time::Duration,
+) {
+    let mut extra = Vec::new();
+    while reg.stats().reserved_bytes <= before {
+        extra.push(allocate(reg, 4 * MIB).unwrap());
+        assert!(
+            extra.len() < 64,
+            "the raised limit should let reserved grow"
+        );
+    }
     drop(extra);
-    for _ in 0..=frugal_cuda::storage::TRIAL_STEPS {
+    for _ in 0..=TRIAL_STEPS {
         std::thread::sleep(step);
         reg.mark_step(true);
     }
@@ -442,9 +468,8 @@ fn steps_after_the_raise(reg: &mut HandleRegistry<SimulatedDevice>, step: std::t
 
 #[test]
 fn a_raise_after_which_steps_are_no_faster_is_taken_back_with_its_memory() {
-    let (mut reg, mut live, limit, raised) = raised_on_trial();
-    assert!(raised > limit);
-    steps_after_the_raise(&mut reg, std::time::Duration::from_millis(100));
+    let (mut reg, mut live, limit, _) = raised_on_trial();
+    steps_after_the_raise(&mut reg, limit, std::time::Duration::from_millis(100));
     let counters = reg.counters();
     assert_eq!(counters.growth_limit_reverts, 1, "{counters:?}");
     assert!(counters.reverted_bytes > 0, "{counters:?}");
@@ -465,8 +490,7 @@ fn a_raise_after_which_steps_are_no_faster_is_taken_back_with_its_memory() {
     );
     // Until the limit is set anew.
     reg.set_growth_limit(Some(limit));
-    churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
-    reg.mark_step(true);
+    steps_spent_missing(&mut reg, &mut live);
     assert_eq!(
         reg.counters().growth_limit_raises,
         2,
@@ -477,8 +501,8 @@ fn a_raise_after_which_steps_are_no_faster_is_taken_back_with_its_memory() {
 
 #[test]
 fn a_raise_after_which_steps_are_faster_stays() {
-    let (mut reg, _live, _, raised) = raised_on_trial();
-    steps_after_the_raise(&mut reg, std::time::Duration::from_millis(5));
+    let (mut reg, _live, before, raised) = raised_on_trial();
+    steps_after_the_raise(&mut reg, before, std::time::Duration::from_millis(5));
     let counters = reg.counters();
     assert_eq!(counters.growth_limit_reverts, 0, "{counters:?}");
     assert!(reg.storage().allocator().growth_limit().unwrap() >= raised);
