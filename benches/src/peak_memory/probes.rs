@@ -210,6 +210,10 @@ pub struct AllocatorFigures {
     /// cached bytes given back then.
     pub growth_limit_reverts: u64,
     pub reverted_bytes: u64,
+    /// Times the first settled step took the growth limit back from what the steps before
+    /// passed, and the cached bytes given back then.
+    pub settle_trims: u64,
+    pub settle_trimmed_bytes: u64,
 }
 
 /// frugal-cuda's report for `device`, if it is a frugal-cuda device.
@@ -234,6 +238,8 @@ pub fn allocator_figures<D: 'static>(device: &D) -> Option<AllocatorFigures> {
             marked_steps: report.registry.marked_steps,
             growth_limit_reverts: report.registry.growth_limit_reverts,
             reverted_bytes: report.registry.reverted_bytes,
+            settle_trims: report.registry.settle_trims,
+            settle_trimmed_bytes: report.registry.settle_trimmed_bytes,
         });
     }
     None

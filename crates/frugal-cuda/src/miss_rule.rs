@@ -15,6 +15,12 @@
 //! are taken back, since what they are judged against has changed, but the new plan's misses
 //! may raise the limit again.
 //!
+//! The allocator lifts its growth limit by itself where an allocation had to grow past it, and
+//! the steps before a plan settles pass it for reasons the settled steps do not share: kernels
+//! compiled and autotuned on trial buffers, the plan learned by running without it. So when a
+//! settled step begins after unsettled ones, the limit goes back to where it was set (with the
+//! raises of trials that paid off), and the cached memory above it is given back.
+//!
 //! The rule is pure bookkeeping over times it is handed, so it is tested with made-up times.
 
 use std::time::Instant;
@@ -61,6 +67,13 @@ pub enum Verdict {
         /// The limit before the trial's first raise.
         limit: u64,
     },
+    /// A settled step begins after unsettled ones, with the limit above where the settled
+    /// steps begin (the steps before passed it): set it back to `limit` and give the cached
+    /// memory above it back.
+    Settle {
+        /// The limit as set, with the raises of trials that paid off.
+        limit: u64,
+    },
     /// The trial's steps were faster: the raises stay.
     PaidOff {
         /// The fastest settled step before the trial.
@@ -103,6 +116,9 @@ pub struct MissRule {
     trial: Option<Trial>,
     /// A trial did not pay off: no raise until [`Self::reset`].
     refuted: bool,
+    /// Where the steps of a settled plan begin: the limit as set, with the raises of trials
+    /// that paid off (`None`: no limit set).
+    settled_limit: Option<u64>,
 }
 
 impl Default for MissRule {
@@ -115,6 +131,7 @@ impl Default for MissRule {
             recent_next: 0,
             trial: None,
             refuted: false,
+            settled_limit: None,
         }
     }
 }
@@ -126,11 +143,12 @@ impl MissRule {
         self.trial = None;
     }
 
-    /// Forgets trials and refutations: the limit was set anew.
-    pub fn reset(&mut self) {
+    /// Forgets trials and refutations: the limit was set anew, to `limit`.
+    pub fn reset(&mut self, limit: Option<u64>) {
         self.trial = None;
         self.refuted = false;
         self.recent_len = 0;
+        self.settled_limit = limit;
     }
 
     /// Whether a raise was taken back since the limit was last set (then none follows).
@@ -153,8 +171,17 @@ impl MissRule {
             waited_nanos: 0,
             settled,
         });
+        let settling = settled && ended.is_none_or(|step| !step.settled);
         let ended = ended.filter(|step| step.settled);
         let mut verdict = Verdict::Keep;
+        if settling
+            && let (Some(limit), Some(settled_limit)) = (limit, self.settled_limit)
+            && limit > settled_limit
+        {
+            verdict = Verdict::Settle {
+                limit: settled_limit,
+            };
+        }
         if let (Some(ended), Some(limit), Some(allowed)) = (ended, limit, self.share) {
             let step_nanos = (now.saturating_duration_since(ended.since).as_nanos() as u64).max(1);
             if settled {
@@ -213,6 +240,7 @@ impl MissRule {
         let trial = self.trial.take().expect("a trial under way");
         let needed = trial.baseline_nanos as f64 * (1.0 - allowed / 2.0);
         if trial.fastest_nanos as f64 <= needed {
+            self.settled_limit = Some(limit);
             Verdict::PaidOff {
                 baseline_nanos: trial.baseline_nanos,
                 trial_nanos: trial.fastest_nanos,
@@ -267,7 +295,8 @@ mod tests {
             let verdict = self.rule.mark(self.now, settled, Some(self.limit));
             if let Verdict::Raise { limit, .. }
             | Verdict::Revert { limit, .. }
-            | Verdict::Abandon { limit } = verdict
+            | Verdict::Abandon { limit }
+            | Verdict::Settle { limit } = verdict
             {
                 self.limit = limit;
             }
@@ -340,7 +369,7 @@ mod tests {
         assert_eq!(run.limit, LIMIT);
         assert!(run.rule.refuted());
         assert_eq!(raises(&verdicts[7..]), 0, "{verdicts:?}");
-        run.rule.reset();
+        run.rule.reset(Some(run.limit));
         assert!(!run.rule.refuted());
         assert_eq!(
             raises(&run.settled(&[(45, 0), (45, 0), (45, 5)])),
@@ -404,6 +433,34 @@ mod tests {
         let verdicts = run.settled(&[(40, 10), (40, 10), (40, 10)]);
         assert_eq!(raises(&verdicts[..BASELINE_STEPS]), 0, "{verdicts:?}");
         assert!(matches!(verdicts[BASELINE_STEPS], Verdict::Raise { .. }));
+    }
+
+    #[test]
+    fn a_settled_step_after_unsettled_ones_takes_back_what_they_passed() {
+        let mut rule = MissRule::default();
+        rule.reset(Some(LIMIT));
+        let mut run = Steps::new(rule, false);
+        // The warm-up's allocations grew past the limit, and the allocator lifted it.
+        run.limit = 3 * LIMIT;
+        assert_eq!(run.step(400, 0, false), Verdict::Keep);
+        assert_eq!(run.step(400, 0, true), Verdict::Settle { limit: LIMIT });
+        assert_eq!(run.limit, LIMIT);
+        run.limit = LIMIT + 1;
+        assert_eq!(
+            run.step(40, 0, true),
+            Verdict::Keep,
+            "settled steps keep what they pass"
+        );
+        // A trial that paid off moves where settled steps begin.
+        let verdicts = run.settled(&[(40, 0), (40, 10), (40, 0), (30, 0), (30, 0), (30, 0)]);
+        assert!(
+            matches!(verdicts[5], Verdict::PaidOff { .. }),
+            "{verdicts:?}"
+        );
+        let paid = run.limit;
+        run.step(40, 0, false);
+        run.limit = 2 * paid;
+        assert_eq!(run.step(400, 0, true), Verdict::Settle { limit: paid });
     }
 
     #[test]

@@ -271,6 +271,12 @@ pub struct RegistryCounters {
     pub growth_limit_reverts: u64,
     /// Cached bytes given back to the device when raises were taken back.
     pub reverted_bytes: u64,
+    /// Times a settled step began after unsettled ones that had passed the growth limit
+    /// (compiling and autotuning kernels, learning a plan), and the limit went back to where
+    /// it was set (see [`crate::miss_rule`]).
+    pub settle_trims: u64,
+    /// Cached bytes given back to the device then.
+    pub settle_trimmed_bytes: u64,
     /// Settled steps marked by the caller ([`HandleRegistry::mark_step`]).
     pub marked_steps: u64,
 }
@@ -384,7 +390,9 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// eighth, on trial: unless the settled steps after it are faster (see [`TRIAL_STEPS`]),
     /// the limit goes back, the cached memory above it is given back, and it is not raised
     /// again until set anew. A step that compiled kernels or learned its plan is not settled:
-    /// it is neither judged nor timed, and it takes back raises still on trial.
+    /// it is neither judged nor timed, and it takes back raises still on trial; the first
+    /// settled step after such steps sets the limit back to where it was set (with the raises
+    /// that paid off) and gives the cached memory above it back.
     pub fn mark_step(&mut self, settled: bool) {
         self.counters.marked_steps += u64::from(settled);
         let limit = self.memory.storage().allocator().growth_limit();
@@ -418,7 +426,9 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
                 baseline_nanos,
                 trial_nanos,
             } => {
-                let released = self.take_raises_back(limit);
+                let released = self.lower_limit(limit);
+                self.counters.growth_limit_reverts += 1;
+                self.counters.reverted_bytes += released;
                 log::debug!(
                     "frugal-cuda: steps took {:.1} ms after the growth limit's raises, {:.1} ms \
                      before: limit back to {limit} B, {released} B of cached memory given back",
@@ -427,33 +437,40 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
                 );
             }
             Verdict::Abandon { limit } => {
-                let released = self.take_raises_back(limit);
+                let released = self.lower_limit(limit);
+                self.counters.growth_limit_reverts += 1;
+                self.counters.reverted_bytes += released;
                 log::debug!(
                     "frugal-cuda: the plan changed while the growth limit's raises were on \
                      trial: limit back to {limit} B, {released} B of cached memory given back",
                 );
             }
+            Verdict::Settle { limit } => {
+                let released = self.lower_limit(limit);
+                self.counters.settle_trims += 1;
+                self.counters.settle_trimmed_bytes += released;
+                log::debug!(
+                    "frugal-cuda: a settled step begins: growth limit back to {limit} B from \
+                     what the steps before passed, {released} B of cached memory given back",
+                );
+            }
         }
     }
 
-    /// Sets the growth limit back to `limit` after raises on trial and gives the cached memory
-    /// above it back; returns the bytes given back.
-    fn take_raises_back(&mut self, limit: u64) -> u64 {
+    /// Sets the growth limit back to `limit` and gives the cached memory above it back;
+    /// returns the bytes given back.
+    fn lower_limit(&mut self, limit: u64) -> u64 {
         self.set_limit_keeping_the_rule(Some(limit));
         // CubeCL's free slots hold blocks until it hands them back.
         self.memory.cleanup(true);
-        let released = self
-            .memory
+        self.memory
             .storage()
             .allocator_mut()
             .release_above(limit)
             .unwrap_or_else(|e| {
                 log::warn!("frugal-cuda: giving cached memory back failed: {e}");
                 0
-            });
-        self.counters.growth_limit_reverts += 1;
-        self.counters.reverted_bytes += released;
-        released
+            })
     }
 
     /// Sets the share of a marked step misses may take before the growth limit is raised by
@@ -570,7 +587,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// Sets the allocator's growth limit (see [`CachingAllocator::set_growth_limit`]); misses
     /// may raise it again even where a raise of the limit before was taken back.
     pub fn set_growth_limit(&mut self, limit: Option<u64>) {
-        self.miss_rule.reset();
+        self.miss_rule.reset(limit);
         self.set_limit_keeping_the_rule(limit);
     }
 

@@ -507,3 +507,29 @@ fn a_raise_after_which_steps_are_faster_stays() {
     assert_eq!(counters.growth_limit_reverts, 0, "{counters:?}");
     assert!(reg.storage().allocator().growth_limit().unwrap() >= raised);
 }
+
+#[test]
+fn the_first_settled_step_gives_back_what_the_warm_up_reserved_past_the_limit() {
+    let (mut reg, _live) = tight_registry();
+    let limit = reg.storage().allocator().growth_limit().unwrap();
+    reg.mark_step(false);
+    // Kernels autotuned on trial buffers: the allocator grows past the limit and lifts it.
+    let trial_buffers: Vec<Tensor> = (0..32)
+        .map(|_| allocate(&mut reg, 4 * MIB).unwrap())
+        .collect();
+    drop(trial_buffers);
+    assert!(reg.storage().allocator().growth_limit().unwrap() > limit);
+    reg.mark_step(false);
+    assert_eq!(reg.counters().settle_trims, 0, "still warming up");
+    reg.mark_step(true);
+    let counters = reg.counters();
+    assert_eq!(counters.settle_trims, 1, "{counters:?}");
+    assert!(
+        counters.settle_trimmed_bytes >= 32 * 4 * MIB,
+        "{counters:?}"
+    );
+    assert_eq!(reg.storage().allocator().growth_limit(), Some(limit));
+    assert!(reg.stats().reserved_bytes <= limit);
+    reg.mark_step(true);
+    assert_eq!(reg.counters().settle_trims, 1, "only when settling");
+}
