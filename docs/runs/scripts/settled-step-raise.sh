@@ -75,6 +75,7 @@ for f in sorted(glob.glob(os.environ['OUT'] + '/runs/*.out')):
               'reserved', d['allocator_peak_reserved'],
               'limit', a.get('growth_limit'), 'raises', a.get('growth_limit_raises'),
               'reverts', a.get('growth_limit_reverts'), 'end reserved', a.get('reserved_bytes'),
+              'settle trims', a.get('settle_trims'), a.get('settle_trimmed_bytes'),
               'marked', a.get('marked_steps'), 'settled', d.get('settled_steps'),
               'later compiled', d.get('later_compiled'),
               'loss %.4f->%.4f' % (d['losses'][0], d['losses'][-1]))
