@@ -305,6 +305,13 @@ fn churn_missing(
     made
 }
 
+/// Asserts the growth limit was raised `raises` times for misses.
+#[track_caller]
+fn assert_raises(reg: &HandleRegistry<SimulatedDevice>, raises: u64) {
+    let counters = reg.counters();
+    assert_eq!(counters.growth_limit_raises, raises, "{counters:?}");
+}
+
 /// A registry whose growth limit is what 64 live 4 MiB tensors reserve, with those tensors.
 fn tight_registry() -> (
     HandleRegistry<SimulatedDevice>,
@@ -390,19 +397,9 @@ fn a_step_that_began_unsettled_is_not_judged() {
     reg.mark_step(false);
     churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
     reg.mark_step(true);
-    assert_eq!(
-        reg.counters().growth_limit_raises,
-        0,
-        "{:?}",
-        reg.counters()
-    );
+    assert_raises(&reg, 0);
     steps_spent_missing(&mut reg, &mut live);
-    assert_eq!(
-        reg.counters().growth_limit_raises,
-        1,
-        "{:?}",
-        reg.counters()
-    );
+    assert_raises(&reg, 1);
     assert_eq!(reg.counters().marked_steps, BASELINE_STEPS as u64 + 2);
 }
 
@@ -429,12 +426,7 @@ fn raised_on_trial() -> (
     let (mut reg, mut live) = tight_registry();
     reg.mark_step(true);
     steps_spent_missing(&mut reg, &mut live);
-    assert_eq!(
-        reg.counters().growth_limit_raises,
-        1,
-        "{:?}",
-        reg.counters()
-    );
+    assert_raises(&reg, 1);
     let raised = reg.storage().allocator().growth_limit().unwrap();
     // The raise adds an eighth to the limit as it was then (the allocator's own passes may
     // have lifted it while the steps ran).
@@ -482,21 +474,11 @@ fn a_raise_after_which_steps_are_no_faster_is_taken_back_with_its_memory() {
     // Refuted: misses as costly as before no longer raise the limit.
     churn_missing(&mut reg, &mut live, std::time::Duration::from_millis(50));
     reg.mark_step(true);
-    assert_eq!(
-        reg.counters().growth_limit_raises,
-        1,
-        "{:?}",
-        reg.counters()
-    );
+    assert_raises(&reg, 1);
     // Until the limit is set anew.
     reg.set_growth_limit(Some(limit));
     steps_spent_missing(&mut reg, &mut live);
-    assert_eq!(
-        reg.counters().growth_limit_raises,
-        2,
-        "{:?}",
-        reg.counters()
-    );
+    assert_raises(&reg, 2);
 }
 
 #[test]

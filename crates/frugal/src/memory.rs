@@ -182,7 +182,10 @@ fn tag<X: Backend, const D: usize>(tensor: Tensor<Frugal<X>, D>, role: Role) {
 /// device had to wait for took more than a share of a settled step, the allocator raises the
 /// growth limit by an eighth, trading reserved bytes the device has free for the host time
 /// each miss costs, and takes the raise back where the steps after it are no faster
-/// (`frugal_cuda::set_miss_time_share` with `None` keeps the limit).
+/// (`frugal_cuda::set_miss_time_share` with `None` keeps the limit). When a settled step
+/// begins after unsettled ones, the limit goes back to where the budget set it: what the
+/// first steps reserved past it (kernels compiled and autotuned, the plan learned) is given
+/// back to the device.
 pub fn set_budget<D: DeviceOps + 'static>(device: &D, bytes: Option<u64>) {
     let state = DeviceState::of_device(device);
     match bytes {
