@@ -319,21 +319,18 @@ pub struct AllocatorPeaks {
     pub growth_limit_reverts: u64,
 }
 
-/// frugal-cuda's allocator statistics on `device`; `None` on other devices (and in builds
-/// without frugal-cuda).
+/// frugal-cuda's memory report on `device` (allocator statistics and registry counters);
+/// `None` on other devices (and in builds without frugal-cuda).
 #[cfg(feature = "frugal-cuda")]
-fn frugal_cuda_stats<D: 'static>(device: &D) -> Option<frugal_cuda::allocator::Stats> {
+fn frugal_cuda_report<D: 'static>(device: &D) -> Option<frugal_cuda::MemoryReport> {
     let device = (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()?;
-    Some(frugal_cuda::memory_report(device).stats)
+    Some(frugal_cuda::memory_report(device))
 }
 
 /// frugal-cuda's allocator peaks on `device`; `None` on other devices.
 pub fn allocator_peaks<D: 'static>(device: &D) -> Option<AllocatorPeaks> {
     #[cfg(feature = "frugal-cuda")]
-    if let Some(device) =
-        (device as &dyn std::any::Any).downcast_ref::<frugal_cuda::FrugalCudaDevice>()
-    {
-        let report = frugal_cuda::memory_report(device);
+    if let Some(report) = frugal_cuda_report(device) {
         let stats = report.stats;
         return Some(AllocatorPeaks {
             allocated: stats.peak_allocated_bytes,
@@ -456,7 +453,7 @@ pub fn pool_line<D: 'static>(device: &D) -> Option<String> {
 /// frugal-cuda's allocator counters on `device`; `None` on other devices.
 pub fn allocator_counters<D: 'static>(device: &D) -> Option<AllocatorCounters> {
     #[cfg(feature = "frugal-cuda")]
-    if let Some(stats) = frugal_cuda_stats(device) {
+    if let Some(stats) = frugal_cuda_report(device).map(|report| report.stats) {
         return Some(AllocatorCounters {
             mapped_bytes: stats.mapped_bytes,
             unmapped_bytes: stats.unmapped_bytes,
