@@ -19,7 +19,13 @@
 //! the steps before a plan settles pass it for reasons the settled steps do not share: kernels
 //! compiled and autotuned on trial buffers, the plan learned by running without it. So when a
 //! settled step begins after unsettled ones, the limit goes back to where it was set (with the
-//! raises of trials that paid off), and the cached memory above it is given back.
+//! raises of trials that paid off), and the cached memory above it is given back. A settled
+//! step can still pass it once for such a reason (a kernel compiled or autotuned late, in a
+//! process whose kernel cache was partial): the first time a settled step outside a trial
+//! lifts the limit, it goes back where that step began, and the cached memory above it is
+//! given back; that step is neither judged nor timed. Where the next settled step lifts it
+//! again, the plan needs the memory, and the limit stays where it was lifted until the plan
+//! changes.
 //!
 //! The rule is pure bookkeeping over times it is handed, so it is tested with made-up times.
 
@@ -68,10 +74,12 @@ pub enum Verdict {
         limit: u64,
     },
     /// A settled step begins after unsettled ones, with the limit above where the settled
-    /// steps begin (the steps before passed it): set it back to `limit` and give the cached
+    /// steps begin (the steps before passed it), or a settled step outside a trial lifted the
+    /// limit for the first time under its plan: set it back to `limit` and give the cached
     /// memory above it back.
     Settle {
-        /// The limit as set, with the raises of trials that paid off.
+        /// The limit as set, with the raises of trials that paid off (after unsettled steps),
+        /// or where the lifting step began.
         limit: u64,
     },
     /// The trial's steps were faster: the raises stay.
@@ -119,6 +127,11 @@ pub struct MissRule {
     /// Where the steps of a settled plan begin: the limit as set, with the raises of trials
     /// that paid off (`None`: no limit set).
     settled_limit: Option<u64>,
+    /// The limit as the last mark left it (its verdict applied): a higher limit at the next
+    /// mark was lifted by the allocator during the step.
+    limit_after_mark: Option<u64>,
+    /// A settled step's lift was taken back under this plan: the next one stays.
+    lift_taken_back: bool,
 }
 
 impl Default for MissRule {
@@ -132,6 +145,8 @@ impl Default for MissRule {
             trial: None,
             refuted: false,
             settled_limit: None,
+            limit_after_mark: None,
+            lift_taken_back: false,
         }
     }
 }
@@ -149,6 +164,8 @@ impl MissRule {
         self.refuted = false;
         self.recent_len = 0;
         self.settled_limit = limit;
+        self.limit_after_mark = limit;
+        self.lift_taken_back = false;
     }
 
     /// Whether a raise was taken back since the limit was last set (then none follows).
@@ -182,7 +199,18 @@ impl MissRule {
                 limit: settled_limit,
             };
         }
-        if let (Some(ended), Some(limit), Some(allowed)) = (ended, limit, self.share) {
+        let lifted_from = self.limit_after_mark.filter(|&before| {
+            settled
+                && ended.is_some()
+                && self.trial.is_none()
+                && !self.lift_taken_back
+                && limit.is_some_and(|limit| limit > before)
+        });
+        if let Some(before) = lifted_from {
+            // The step that lifted it is not timed: it compiled or autotuned, most likely.
+            self.lift_taken_back = true;
+            verdict = Verdict::Settle { limit: before };
+        } else if let (Some(ended), Some(limit), Some(allowed)) = (ended, limit, self.share) {
             let step_nanos = (now.saturating_duration_since(ended.since).as_nanos() as u64).max(1);
             if settled {
                 verdict = self.judge(ended.waited_nanos, step_nanos, limit, allowed);
@@ -193,12 +221,20 @@ impl MissRule {
         }
         if !settled {
             self.recent_len = 0;
+            self.lift_taken_back = false;
             if let Some(trial) = self.trial.take() {
                 verdict = Verdict::Abandon {
                     limit: trial.limit_before,
                 };
             }
         }
+        self.limit_after_mark = match verdict {
+            Verdict::Raise { limit, .. }
+            | Verdict::Revert { limit, .. }
+            | Verdict::Abandon { limit }
+            | Verdict::Settle { limit } => Some(limit),
+            Verdict::Keep | Verdict::PaidOff { .. } => limit,
+        };
         verdict
     }
 
@@ -445,12 +481,7 @@ mod tests {
         assert_eq!(run.step(400, 0, false), Verdict::Keep);
         assert_eq!(run.step(400, 0, true), Verdict::Settle { limit: LIMIT });
         assert_eq!(run.limit, LIMIT);
-        run.limit = LIMIT + 1;
-        assert_eq!(
-            run.step(40, 0, true),
-            Verdict::Keep,
-            "settled steps keep what they pass"
-        );
+        run.step(40, 0, true);
         // A trial that paid off moves where settled steps begin.
         let verdicts = run.settled(&[(40, 0), (40, 10), (40, 0), (30, 0), (30, 0), (30, 0)]);
         assert!(
@@ -461,6 +492,34 @@ mod tests {
         run.step(40, 0, false);
         run.limit = 2 * paid;
         assert_eq!(run.step(400, 0, true), Verdict::Settle { limit: paid });
+    }
+
+    #[test]
+    fn a_settled_steps_lift_is_taken_back_once_per_plan() {
+        let mut rule = MissRule::default();
+        rule.reset(Some(LIMIT));
+        let mut run = Steps::new(rule, true);
+        run.settled(&[(40, 0), (40, 0)]);
+        // A kernel compiled late: the allocator lifted the limit during a settled step.
+        run.limit = 2 * LIMIT;
+        assert_eq!(run.step(900, 30, true), Verdict::Settle { limit: LIMIT });
+        assert_eq!(
+            raises(&run.settled(&[(40, 0), (40, 0)])),
+            0,
+            "the lifting step is not judged"
+        );
+        run.limit = LIMIT + 1;
+        assert_eq!(
+            run.step(40, 0, true),
+            Verdict::Keep,
+            "a second lift under the plan stays: the plan needs the memory"
+        );
+        assert_eq!(run.settled(&[(40, 0)]), [Verdict::Keep]);
+        // A new plan may have its lift taken back again.
+        run.step(400, 0, false);
+        run.step(400, 0, true);
+        run.limit += 1;
+        assert_eq!(run.step(40, 0, true), Verdict::Settle { limit: LIMIT });
     }
 
     #[test]

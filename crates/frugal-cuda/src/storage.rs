@@ -271,9 +271,10 @@ pub struct RegistryCounters {
     pub growth_limit_reverts: u64,
     /// Cached bytes given back to the device when raises were taken back.
     pub reverted_bytes: u64,
-    /// Times a settled step began after unsettled ones that had passed the growth limit
-    /// (compiling and autotuning kernels, learning a plan), and the limit went back to where
-    /// it was set (see [`crate::miss_rule`]).
+    /// Times the growth limit went back after steps passed it for reasons later steps do not
+    /// share: a settled step began after unsettled ones (compiling and autotuning kernels,
+    /// learning a plan), or a settled step lifted it for the first time under its plan (a
+    /// kernel compiled late); see [`crate::miss_rule`].
     pub settle_trims: u64,
     /// Cached bytes given back to the device then.
     pub settle_trimmed_bytes: u64,
@@ -392,7 +393,8 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// again until set anew. A step that compiled kernels or learned its plan is not settled:
     /// it is neither judged nor timed, and it takes back raises still on trial; the first
     /// settled step after such steps sets the limit back to where it was set (with the raises
-    /// that paid off) and gives the cached memory above it back.
+    /// that paid off) and gives the cached memory above it back, and so does the first
+    /// settled step under a plan that lifted the limit by itself (a second one keeps it).
     pub fn mark_step(&mut self, settled: bool) {
         self.counters.marked_steps += u64::from(settled);
         let limit = self.memory.storage().allocator().growth_limit();
@@ -450,8 +452,8 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
                 self.counters.settle_trims += 1;
                 self.counters.settle_trimmed_bytes += released;
                 log::debug!(
-                    "frugal-cuda: a settled step begins: growth limit back to {limit} B from \
-                     what the steps before passed, {released} B of cached memory given back",
+                    "frugal-cuda: growth limit back to {limit} B from what the step before \
+                     passed, {released} B of cached memory given back",
                 );
             }
         }
