@@ -214,6 +214,11 @@ pub struct AllocatorFigures {
     /// passed, and the cached bytes given back then.
     pub settle_trims: u64,
     pub settle_trimmed_bytes: u64,
+    /// The most reserved in a settled step begun with no raise on trial (since the peaks were
+    /// reset), the growth limit that step began under, and the steps that passed theirs.
+    pub settled_peak_reserved_bytes: u64,
+    pub settled_peak_limit_bytes: u64,
+    pub settled_steps_over_limit: u64,
 }
 
 /// frugal-cuda's report for `device`, if it is a frugal-cuda device.
@@ -240,6 +245,9 @@ pub fn allocator_figures<D: 'static>(device: &D) -> Option<AllocatorFigures> {
             reverted_bytes: report.registry.reverted_bytes,
             settle_trims: report.registry.settle_trims,
             settle_trimmed_bytes: report.registry.settle_trimmed_bytes,
+            settled_peak_reserved_bytes: report.registry.settled_peak_reserved_bytes,
+            settled_peak_limit_bytes: report.registry.settled_peak_limit_bytes,
+            settled_steps_over_limit: report.registry.settled_steps_over_limit,
         });
     }
     None

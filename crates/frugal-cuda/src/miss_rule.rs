@@ -98,6 +98,8 @@ struct StepMisses {
     since: Instant,
     waited_nanos: u64,
     settled: bool,
+    /// Begun with raises on trial (or as the step a raise skips).
+    on_trial: bool,
 }
 
 /// Raises under trial: the limit and the fastest step before the first of them, and the
@@ -187,6 +189,7 @@ impl MissRule {
             since: now,
             waited_nanos: 0,
             settled,
+            on_trial: false,
         });
         let settling = settled && ended.is_none_or(|step| !step.settled);
         let ended = ended.filter(|step| step.settled);
@@ -235,7 +238,17 @@ impl MissRule {
             | Verdict::Settle { limit } => Some(limit),
             Verdict::Keep | Verdict::PaidOff { .. } => limit,
         };
+        let on_trial = self.trial.is_some();
+        if let Some(step) = self.step.as_mut() {
+            step.on_trial = on_trial;
+        }
         verdict
+    }
+
+    /// Whether the step under way began settled with no raise on trial: a step whose
+    /// reserved bytes the growth limit it began under should bound.
+    pub fn step_is_settled_off_trial(&self) -> bool {
+        self.step.is_some_and(|step| step.settled && !step.on_trial)
     }
 
     fn judge(&mut self, waited_nanos: u64, step_nanos: u64, limit: u64, allowed: f64) -> Verdict {
@@ -520,6 +533,23 @@ mod tests {
         run.step(400, 0, true);
         run.limit += 1;
         assert_eq!(run.step(40, 0, true), Verdict::Settle { limit: LIMIT });
+    }
+
+    #[test]
+    fn steps_on_trial_are_told_apart_from_settled_ones() {
+        let mut run = Steps::new(MissRule::default(), false);
+        assert!(!run.rule.step_is_settled_off_trial(), "began unsettled");
+        run.step(40, 0, true);
+        assert!(run.rule.step_is_settled_off_trial());
+        let verdicts = run.settled(&[(40, 0), (40, 0), (40, 10)]);
+        assert!(matches!(verdicts[2], Verdict::Raise { .. }), "{verdicts:?}");
+        assert!(!run.rule.step_is_settled_off_trial(), "the skipped step");
+        let verdicts = run.settled(&[(40, 0); 1 + TRIAL_STEPS]);
+        assert!(
+            matches!(verdicts[TRIAL_STEPS], Verdict::Revert { .. }),
+            "{verdicts:?}"
+        );
+        assert!(run.rule.step_is_settled_off_trial(), "the trial is over");
     }
 
     #[test]

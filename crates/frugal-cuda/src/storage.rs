@@ -280,6 +280,17 @@ pub struct RegistryCounters {
     pub settle_trimmed_bytes: u64,
     /// Settled steps marked by the caller ([`HandleRegistry::mark_step`]).
     pub marked_steps: u64,
+    /// The most bytes reserved in a settled step begun with no raise on trial, since
+    /// [`HandleRegistry::reset_peaks`] (0: none ended since): the steps a growth limit is
+    /// meant to bound, without the warm-up before them or the trials (see
+    /// [`crate::miss_rule`]).
+    pub settled_peak_reserved_bytes: u64,
+    /// The growth limit that step began under: what was known, before it ran, that it would
+    /// reserve at most, unless reusing cached memory could not serve an allocation.
+    pub settled_peak_limit_bytes: u64,
+    /// Of those steps since [`HandleRegistry::reset_peaks`], how many reserved past the
+    /// growth limit they began under.
+    pub settled_steps_over_limit: u64,
 }
 
 /// CubeCL's `MemoryManagement` used as a handle registry over an [`AllocatorStorage`]; see the
@@ -295,6 +306,8 @@ pub struct HandleRegistry<D: DeviceMemory + Send> {
     counters: RegistryCounters,
     /// When misses raise the growth limit, and when a raise is taken back.
     miss_rule: MissRule,
+    /// The growth limit the step under way began under (its last mark, or the limit set since).
+    step_limit: Option<u64>,
     /// The first slot, where unbound handles resolve; held for the registry's life.
     _unallocated: ManagedMemoryHandle,
 }
@@ -334,6 +347,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
         Self {
             memory,
             counters: RegistryCounters::default(),
+            step_limit: None,
             miss_rule: MissRule::default(),
             _unallocated: unallocated,
         }
@@ -397,7 +411,26 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// settled step under a plan that lifted the limit by itself (a second one keeps it).
     pub fn mark_step(&mut self, settled: bool) {
         self.counters.marked_steps += u64::from(settled);
-        let limit = self.memory.storage().allocator().growth_limit();
+        let allocator = self.memory.storage().allocator();
+        let (limit, step_peak) = (allocator.growth_limit(), allocator.step_peak_reserved());
+        if self.miss_rule.step_is_settled_off_trial()
+            && let Some(began_under) = self.step_limit
+        {
+            let counters = &mut self.counters;
+            counters.settled_steps_over_limit += u64::from(step_peak > began_under);
+            if step_peak >= counters.settled_peak_reserved_bytes {
+                counters.settled_peak_reserved_bytes = step_peak;
+                counters.settled_peak_limit_bytes = began_under;
+            }
+        }
+        self.judge_step(settled, limit);
+        let allocator = self.memory.storage().allocator_mut();
+        allocator.start_step_peak();
+        self.step_limit = allocator.growth_limit();
+    }
+
+    /// Applies the miss rule's verdict at a mark (see [`Self::mark_step`]).
+    fn judge_step(&mut self, settled: bool, limit: Option<u64>) {
         match self.miss_rule.mark(Instant::now(), settled, limit) {
             Verdict::Keep => {}
             Verdict::Raise {
@@ -577,7 +610,11 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     /// current figures.
     pub fn reset_peaks(&mut self) {
         self.memory.storage().allocator_mut().reset_peak();
-        self.counters.peak_live_at_miss_bytes = 0;
+        let counters = &mut self.counters;
+        counters.peak_live_at_miss_bytes = 0;
+        counters.settled_peak_reserved_bytes = 0;
+        counters.settled_peak_limit_bytes = 0;
+        counters.settled_steps_over_limit = 0;
     }
 
     /// Sets the allocator's cap (bytes reserved from the device); `None` removes it.
@@ -591,6 +628,7 @@ impl<D: DeviceMemory + Send> HandleRegistry<D> {
     pub fn set_growth_limit(&mut self, limit: Option<u64>) {
         self.miss_rule.reset(limit);
         self.set_limit_keeping_the_rule(limit);
+        self.step_limit = limit;
     }
 
     fn set_limit_keeping_the_rule(&mut self, limit: Option<u64>) {

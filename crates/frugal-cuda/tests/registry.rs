@@ -546,3 +546,43 @@ fn the_first_settled_step_gives_back_what_the_warm_up_reserved_past_the_limit() 
     reg.mark_step(true);
     assert_eq!(reg.counters().settle_trims, 1, "only when settling");
 }
+
+#[test]
+fn settled_steps_off_trial_report_their_peak_beside_the_limit_they_began_under() {
+    let (mut reg, mut live) = tight_registry();
+    let limit = reg.storage().allocator().growth_limit().unwrap();
+    reg.mark_step(false);
+    // The warm-up passes the limit; it is not a settled step.
+    let trial_buffers: Vec<Tensor> = (0..32)
+        .map(|_| allocate(&mut reg, 4 * MIB).unwrap())
+        .collect();
+    drop(trial_buffers);
+    reg.mark_step(true);
+    for _ in 0..8 {
+        live.pop_front();
+        live.push_back(allocate(&mut reg, 4 * MIB).unwrap());
+    }
+    reg.mark_step(true);
+    let counters = reg.counters();
+    assert_eq!(counters.settled_peak_limit_bytes, limit, "{counters:?}");
+    assert_eq!(counters.settled_steps_over_limit, 0, "{counters:?}");
+    assert!(
+        (1..=limit).contains(&counters.settled_peak_reserved_bytes),
+        "{counters:?}"
+    );
+    // A settled step that passes its limit (a kernel compiled late) is counted.
+    past_the_first_lift(&mut reg, &mut live);
+    let counters = reg.counters();
+    assert_eq!(counters.settled_steps_over_limit, 1, "{counters:?}");
+    assert!(counters.settled_peak_reserved_bytes > limit, "{counters:?}");
+    assert_eq!(counters.settled_peak_limit_bytes, limit, "{counters:?}");
+    reg.reset_peaks();
+    let counters = reg.counters();
+    assert_eq!(
+        (
+            counters.settled_peak_reserved_bytes,
+            counters.settled_steps_over_limit
+        ),
+        (0, 0)
+    );
+}

@@ -23,7 +23,9 @@ pub use crate::engine::{EvictionMode, Policy, RematStats};
 pub use crate::ledger::{Event, EventKind, Phase, Role, RoleBytes};
 pub use crate::report::{Holder, MemoryReport, PeakHolders, Snapshot};
 use crate::runtime::{self, OomRescue, set_oom_rescue};
-pub use crate::runtime::{DeviceMemory, PoolUsage, device_memory, pool_usage};
+pub use crate::runtime::{
+    DeviceMemory, PoolUsage, SettledReserved, device_memory, pool_usage, settled_reserved,
+};
 pub use crate::units::{format_bytes, parse_bytes};
 
 /// Bytes of live tensor storage on `device`.
@@ -51,7 +53,11 @@ pub fn reset_peak<D: DeviceOps + 'static>(device: &D) {
 ///
 /// The pool figures are read as they are: call `B::sync(device)` first for settled numbers.
 pub fn report<D: DeviceOps + 'static>(device: &D) -> MemoryReport {
-    MemoryReport::of(DeviceState::of_device(device), pool_usage(device))
+    MemoryReport::of(
+        DeviceState::of_device(device),
+        pool_usage(device),
+        settled_reserved(device),
+    )
 }
 
 /// The ops whose outputs hold `device`'s live bytes now, biggest first. Reads the ledger's
@@ -64,7 +70,7 @@ pub fn holders<D: DeviceOps + 'static>(device: &D) -> Vec<Holder> {
 /// The report plus the recorded timeline (see [`record_timeline`]), exportable as JSON.
 pub fn snapshot<D: DeviceOps + 'static>(device: &D) -> Snapshot {
     let state = DeviceState::of_device(device);
-    let report = MemoryReport::of(state, pool_usage(device));
+    let report = MemoryReport::of(state, pool_usage(device), settled_reserved(device));
     let allocator = crate::runtime::allocator_view(device);
     state.ledger.with_timeline(|timeline| Snapshot {
         report,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::device::DeviceState;
 use crate::engine::RematStats;
 use crate::ledger::{Event, EventKind, Role, RoleBytes};
-use crate::runtime::PoolUsage;
+use crate::runtime::{PoolUsage, SettledReserved};
 use crate::units::format_bytes;
 
 /// Live bytes held by the outputs of one Backend method.
@@ -48,6 +48,9 @@ pub struct MemoryReport {
     pub peak_by_role: RoleBytes,
     /// The device pool's own figures, where the device is a CubeCL one.
     pub pool: Option<PoolUsage>,
+    /// On frugal-cuda under a budget: the most its allocator reserved in a settled step of the
+    /// plan, beside the growth limit that step began under.
+    pub settled_reserved: Option<SettledReserved>,
     /// The memory budget, if one is set ([`crate::memory::set_budget`]).
     pub budget: Option<u64>,
     /// What the budget and checkpoint scopes evicted, recomputed, offloaded and restored.
@@ -71,7 +74,11 @@ impl Holder {
 }
 
 impl MemoryReport {
-    pub(crate) fn of(state: &DeviceState, pool: Option<PoolUsage>) -> Self {
+    pub(crate) fn of(
+        state: &DeviceState,
+        pool: Option<PoolUsage>,
+        settled_reserved: Option<SettledReserved>,
+    ) -> Self {
         let ledger = &state.ledger;
         Self {
             device: ledger.label.clone(),
@@ -85,6 +92,7 @@ impl MemoryReport {
             live_by_role: ledger.live_by_role(),
             peak_by_role: ledger.peak_by_role(),
             pool,
+            settled_reserved,
             budget: state.budget.limit(),
             remat: state.budget.stats(),
         }
@@ -289,6 +297,24 @@ impl fmt::Display for MemoryReport {
                 ("  padding", format_bytes(pool.bytes_padding)),
                 ("  reserved", format_bytes(pool.bytes_reserved)),
                 ("  allocations", pool.allocations.to_string()),
+            ] {
+                writeln!(f, "| {label:<26}|{value:>15} |{:>32}|", "")?;
+            }
+        }
+        if let Some(settled) = &self.settled_reserved {
+            rule(f, '-')?;
+            writeln!(
+                f,
+                "| {:<WIDTH$}|",
+                "Reserved in settled steps (frugal-cuda)"
+            )?;
+            for (label, value) in [
+                ("  limit they began under", format_bytes(settled.limit)),
+                ("  peak reserved", format_bytes(settled.peak_reserved)),
+                (
+                    "  steps past their limit",
+                    settled.steps_over_limit.to_string(),
+                ),
             ] {
                 writeln!(f, "| {label:<26}|{value:>15} |{:>32}|", "")?;
             }

@@ -5,7 +5,8 @@
 # (default "encoder lstm gpt"; also resnet): one of burn-nn's models plain and at fractions of
 # its plain peak, with the rule (FRACTION:default) and without it (FRACTION:off, that is
 # --miss-time-share off; ENCODER_RUNS, LSTM_RUNS and RESNET_RUNS choose), and the gpt example
-# at the reference size plain, at 1/3 and at 1/4. Each run its own process and limit. Staged
+# at the reference size plain, at 1/3 and at 1/4 (GPT_RUNS chooses; ref3g and ref4g set the
+# growth limit at the budget plus 1/16). Each run its own process and limit. Staged
 # in .gpu/: burn-nn-models.xz, gpt.xz, lib.sh, this script, torch_gpt.py, torch_best.py,
 # cubecl-cache.tgz (if a call left one). Everything comes back as $OUT/results.tgz and
 # $OUT/cubecl-cache.tgz.
@@ -44,11 +45,14 @@ for part in ${PARTS:-encoder lstm gpt}; do
       unxz_bins gpt
       export RUST_LOG="error,gpt=info"
       ref="--model reference --steps ${STEPS_REF:-24}"
-      for run in ref ref3 ref4; do
+      # ref3g and ref4g: the growth limit at the budget plus 1/16 (not the default 1/8).
+      for run in ${GPT_RUNS:-ref ref3 ref4}; do
         case $run in
           ref) flags="$ref" ;;
           ref3) flags="$ref --budget 2698788865" ;;
           ref4) flags="$ref --budget 2024091649" ;;
+          ref3g) flags="$ref --budget 2698788865 --growth-limit 2867463169" ;;
+          ref4g) flags="$ref --budget 2024091649 --growth-limit 2150597377" ;;
         esac
         rm -rf /tmp/o-$run
         one gpt-$run 90 ./gpt --device frugal-cuda $flags --save-minutes 0 --out /tmp/o-$run
@@ -76,6 +80,9 @@ for f in sorted(glob.glob(os.environ['OUT'] + '/runs/*.out')):
               'limit', a.get('growth_limit'), 'raises', a.get('growth_limit_raises'),
               'reverts', a.get('growth_limit_reverts'), 'end reserved', a.get('reserved_bytes'),
               'settle trims', a.get('settle_trims'), a.get('settle_trimmed_bytes'),
+              'settled peak reserved', a.get('settled_peak_reserved_bytes'),
+              'under limit', a.get('settled_peak_limit_bytes'),
+              'steps over', a.get('settled_steps_over_limit'),
               'marked', a.get('marked_steps'), 'settled', d.get('settled_steps'),
               'later compiled', d.get('later_compiled'),
               'loss %.4f->%.4f' % (d['losses'][0], d['losses'][-1]))
@@ -85,5 +92,5 @@ for f in sorted(glob.glob(os.environ['OUT'] + '/runs/steps-*.json')):
           'peak', max(x['peak_bytes'] for x in s),
           'reserved after steps', [x.get('allocator', {}).get('reserved_bytes') for x in s])
 PY
-grep -h "peak reserved" $R/*.out
+grep -h "peak reserved\|settled steps with no raise" $R/*.out
 cat $R/summary.txt

@@ -277,6 +277,26 @@ pub fn print_summary<D: DeviceOps + 'static>(
             format_bytes(allocated),
             format_bytes(reserved)
         );
+        if let Some(settled) = memory::settled_reserved(device) {
+            let share = args
+                .budget
+                .map(|budget| {
+                    format!(
+                        " ({:.3}x the budget)",
+                        settled.peak_reserved as f64 / budget as f64
+                    )
+                })
+                .unwrap_or_default();
+            println!(
+                "  settled steps with no raise on trial: peak reserved {} ({} B){share}, under a \
+                 growth limit of {} ({} B) known before they ran; {} passed their limit",
+                format_bytes(settled.peak_reserved),
+                settled.peak_reserved,
+                format_bytes(settled.limit),
+                settled.limit,
+                settled.steps_over_limit
+            );
+        }
         if let Some(counters) = crate::diagnostics::allocator_counters(device) {
             println!(
                 "  over the run: {} mapped in {} calls ({:.1} ms), {} unmapped ({} calls, \

@@ -5,7 +5,9 @@
 //! Owns: the runtime list ([`each_runtime!`]), [`pool_usage`], [`device_memory()`] (the
 //! driver's free and total bytes, for an automatic budget), [`allocator_view()`] (frugal-cuda's
 //! segments, blocks and allocator trace, for the memory_viz file), the host's available
-//! memory ([`available_host_memory`], which bounds offloads), and frugal-cuda's out-of-memory
+//! memory ([`available_host_memory`], which bounds offloads), what frugal-cuda reserved in a
+//! plan's settled steps beside the growth limit they began under ([`settled_reserved()`]),
+//! and frugal-cuda's out-of-memory
 //! handler and growth limit as the budget sets them (`oom_rescue.rs`, `growth_limit.rs`). Imports nothing from the
 //! crate. Reading a pool is a blocking round trip to the device server, so it is done only
 //! when a report asks for it, never per op.
@@ -17,6 +19,7 @@ mod device_memory;
 mod growth_limit;
 mod host_memory;
 mod oom_rescue;
+mod settled_reserved;
 pub use allocator_view::{
     AllocatorBlock, AllocatorEvent, AllocatorSegment, AllocatorView, allocator_view,
 };
@@ -24,6 +27,7 @@ pub use device_memory::{DeviceMemory, device_memory};
 pub(crate) use growth_limit::{set_growth_limit, step_mark};
 pub use host_memory::available_host_memory;
 pub(crate) use oom_rescue::{OomRescue, drop_frees_at_once, set_oom_rescue};
+pub use settled_reserved::{SettledReserved, settled_reserved};
 
 /// What a CubeCL device pool reports about itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -153,6 +153,8 @@ pub struct CachingAllocator<D: DeviceMemory> {
     /// Counters and gauges kept up to date incrementally; the fields computed on demand
     /// (segment counts, largest free block, cap) are filled in by [`Self::stats`].
     st: Stats,
+    /// The highest reserved bytes since [`Self::start_step_peak`] (a step's mark).
+    step_peak_reserved: u64,
     /// When recording ([`Self::record_trace`]): every event since, in order.
     trace: Option<Vec<TraceEvent>>,
     /// The rung that served the last successful allocation (see [`Self::last_rung`]).
@@ -210,6 +212,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             handler: None,
             queue: FreeQueue::default(),
             st: Stats::default(),
+            step_peak_reserved: 0,
             trace: None,
             last_rung: None,
             config,
@@ -512,6 +515,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// The highest reserved bytes since [`Self::start_step_peak`] was last called.
+    pub fn step_peak_reserved(&self) -> u64 {
+        self.step_peak_reserved.max(self.st.reserved_bytes)
+    }
+
+    /// Starts measuring a step's peak reserved bytes ([`Self::step_peak_reserved`]) from the
+    /// bytes reserved now; the peaks of [`Self::reset_peak`] are left as they are.
+    pub fn start_step_peak(&mut self) {
+        self.step_peak_reserved = self.st.reserved_bytes;
+    }
+
     /// Sets the peaks to the current values, to measure the peak of a phase.
     pub fn reset_peak(&mut self) {
         self.st.peak_allocated_bytes = self.st.allocated_bytes;
@@ -571,6 +585,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         );
         self.st.reserved_bytes += bytes;
         self.st.peak_reserved_bytes = self.st.peak_reserved_bytes.max(self.st.reserved_bytes);
+        self.step_peak_reserved = self.step_peak_reserved.max(self.st.reserved_bytes);
         self.st.free_bytes += bytes;
     }
 
