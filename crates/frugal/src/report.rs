@@ -447,3 +447,35 @@ pub struct PeakHolders {
     /// Live bytes at the peak held by buffers allocated before recording started.
     pub before_recording_bytes: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settled_steps_reserved_bytes_print_beside_the_limit_they_began_under() {
+        let device = burn::backend::ndarray::NdArrayDevice::Cpu;
+        let mut report = crate::memory::report(&device);
+        assert_eq!(
+            report.settled_reserved, None,
+            "only frugal-cuda marks steps"
+        );
+        assert!(!report.to_string().contains("settled steps"));
+        report.settled_reserved = Some(SettledReserved {
+            peak_reserved: 3 << 30,
+            limit: 4 << 30,
+            steps_over_limit: 2,
+        });
+        let text = report.to_string();
+        let line = |label: &str| {
+            text.lines()
+                .find(|line| line.contains(label))
+                .unwrap_or_else(|| panic!("no {label:?} line in\n{text}"))
+                .to_string()
+        };
+        assert!(text.contains("Reserved in settled steps (frugal-cuda)"));
+        assert!(line("limit they began under").contains(&format_bytes(4 << 30)));
+        assert!(line("peak reserved").contains(&format_bytes(3 << 30)));
+        assert!(line("steps past their limit").contains('2'));
+    }
+}
