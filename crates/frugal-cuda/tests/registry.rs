@@ -521,16 +521,19 @@ fn a_raise_after_which_steps_are_faster_stays() {
     assert!(reg.storage().allocator().growth_limit().unwrap() >= raised);
 }
 
+/// Kernels autotuned on trial buffers in a warm-up step: 32 tensors of 4 MiB made and
+/// dropped, past a tight registry's growth limit, which the allocator lifts.
+fn warm_up_past_the_limit(reg: &mut HandleRegistry<SimulatedDevice>) {
+    let trial_buffers: Vec<Tensor> = (0..32).map(|_| allocate(reg, 4 * MIB).unwrap()).collect();
+    drop(trial_buffers);
+}
+
 #[test]
 fn the_first_settled_step_gives_back_what_the_warm_up_reserved_past_the_limit() {
     let (mut reg, _live) = tight_registry();
     let limit = reg.storage().allocator().growth_limit().unwrap();
     reg.mark_step(false);
-    // Kernels autotuned on trial buffers: the allocator grows past the limit and lifts it.
-    let trial_buffers: Vec<Tensor> = (0..32)
-        .map(|_| allocate(&mut reg, 4 * MIB).unwrap())
-        .collect();
-    drop(trial_buffers);
+    warm_up_past_the_limit(&mut reg);
     assert!(reg.storage().allocator().growth_limit().unwrap() > limit);
     reg.mark_step(false);
     assert_eq!(reg.counters().settle_trims, 0, "still warming up");
@@ -552,11 +555,8 @@ fn settled_steps_off_trial_report_their_peak_beside_the_limit_they_began_under()
     let (mut reg, mut live) = tight_registry();
     let limit = reg.storage().allocator().growth_limit().unwrap();
     reg.mark_step(false);
-    // The warm-up passes the limit; it is not a settled step.
-    let trial_buffers: Vec<Tensor> = (0..32)
-        .map(|_| allocate(&mut reg, 4 * MIB).unwrap())
-        .collect();
-    drop(trial_buffers);
+    // Not a settled step: its peak is not counted.
+    warm_up_past_the_limit(&mut reg);
     reg.mark_step(true);
     for _ in 0..8 {
         live.pop_front();
