@@ -455,11 +455,7 @@ mod tests {
     #[test]
     fn the_settled_steps_reserved_bytes_print_beside_the_limit_they_began_under() {
         let device = burn::backend::ndarray::NdArrayDevice::Cpu;
-        let mut report = crate::memory::report(&device);
-        assert_eq!(
-            report.settled_reserved, None,
-            "only frugal-cuda marks steps"
-        );
+        let mut report = MemoryReport::of(DeviceState::of_device(&device), None, None);
         assert!(!report.to_string().contains("settled steps"));
         report.settled_reserved = Some(SettledReserved {
             peak_reserved: 3 << 30,
