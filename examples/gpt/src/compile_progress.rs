@@ -3,7 +3,8 @@
 //! how much of the first step compilation took.
 //!
 //! The counts are frugal-cuda's compiler's (`frugal_cuda::kernel_loads`, process-wide); other
-//! backends compile inside CubeCL's own runtimes and count nothing, so nothing is shown there.
+//! backends compile inside CubeCL's own runtimes and count nothing, so there a first step that
+//! runs long says only how long it has run, and why ([`SlowFirstStep`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -188,6 +189,69 @@ impl Drop for CompileWatch {
     }
 }
 
+/// When a first step without compile counts has run long enough to say so, and how often
+/// after.
+const FIRST_STEP_NOTICE_AFTER: Duration = Duration::from_secs(15);
+const FIRST_STEP_NOTICE_EVERY: Duration = Duration::from_secs(60);
+
+/// The seconds of a first step at which [`SlowFirstStep`] prints, up to `ran`: 15 s, then
+/// every minute.
+fn first_step_notices(ran: Duration) -> u64 {
+    if ran < FIRST_STEP_NOTICE_AFTER {
+        return 0;
+    }
+    1 + (ran - FIRST_STEP_NOTICE_AFTER).as_secs() / FIRST_STEP_NOTICE_EVERY.as_secs()
+}
+
+/// A thread that, where the backend counts no compilation, prints how long the first step
+/// has run once it has run 15 s, then every minute, until dropped: a GPU backend's first step
+/// compiles its kernels, for minutes on a fresh machine, and should not look like a hang.
+pub struct SlowFirstStep {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SlowFirstStep {
+    /// Starts the clock for step `step`; `why` ends each line (what the step is likely doing).
+    pub fn start(bar: &ProgressBar, step: u64, why: &'static str) -> SlowFirstStep {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (bar, stop) = (bar.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("gpt-first-step".into())
+                .spawn(move || {
+                    let started = Instant::now();
+                    let mut printed = 0;
+                    while !stop.load(Relaxed) {
+                        std::thread::park_timeout(LOOK_EVERY);
+                        let ran = started.elapsed();
+                        if first_step_notices(ran) > printed && !stop.load(Relaxed) {
+                            printed = first_step_notices(ran);
+                            let line = format!(
+                                "step {}: still running after {} s ({why})",
+                                step + 1,
+                                ran.as_secs()
+                            );
+                            bar.suspend(|| eprintln!("{line}"));
+                        }
+                    }
+                })
+                .ok()
+        };
+        SlowFirstStep { stop, thread }
+    }
+}
+
+impl Drop for SlowFirstStep {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
 /// The closing report's line: what the run compiled and loaded, and how much of the run's
 /// first step (its wall time in ms, and what compiled while it ran) waited for compilation.
 pub fn summary(run: &KernelCounts, first_step: Option<(f64, KernelCounts)>) -> Option<String> {
@@ -227,6 +291,14 @@ mod tests {
             compiling: Duration::from_secs(compiling_s),
             ..KernelCounts::default()
         }
+    }
+
+    #[test]
+    fn a_slow_first_step_is_told_after_15_s_then_every_minute() {
+        let at = |s: u64| first_step_notices(Duration::from_secs(s));
+        assert_eq!((at(0), at(14)), (0, 0), "a quick first step says nothing");
+        assert_eq!((at(15), at(74)), (1, 1));
+        assert_eq!((at(75), at(134), at(135)), (2, 2, 3));
     }
 
     #[test]

@@ -77,6 +77,19 @@ pub fn train_on_device(args: &TrainArgs) -> Result<Vec<StepLog>, String> {
     }
 }
 
+/// Why a first step on `device` may run for minutes, for the line that says it still runs.
+fn first_step_why(device: DeviceKind) -> &'static str {
+    match device {
+        DeviceKind::Cuda | DeviceKind::Wgpu => {
+            "Burn compiles each kernel at its first launch and keeps none between runs; \
+             --device frugal-cuda keeps a kernel cache on disk"
+        }
+        DeviceKind::Cpu | DeviceKind::Flex | DeviceKind::FrugalCuda => {
+            "the first step also builds what later steps reuse"
+        }
+    }
+}
+
 /// Turns frugal-cuda's allocator trace on or off if `device` is a frugal-cuda device: on for
 /// the recorded step, memory_viz.pickle gets the allocator's own events with its segments.
 #[allow(unused_variables)]
@@ -276,6 +289,8 @@ pub fn train_observed<B: Backend>(
     let compile_watch = kernel_counts.map(|read| {
         compile_progress::CompileWatch::start(&bar, read, !args.quiet && bar.is_hidden())
     });
+    let mut slow_first_step = (kernel_counts.is_none() && !args.quiet && first < args.steps)
+        .then(|| compile_progress::SlowFirstStep::start(&bar, first, first_step_why(args.device)));
     let mut micro_batches = args.accumulate;
     // Under a budget (and not --fit, whose probes chose the split), the split follows what
     // the steps cost.
@@ -476,6 +491,7 @@ pub fn train_observed<B: Backend>(
                 step
             }),
         };
+        drop(slow_first_step.take());
         if step == first
             && let (Some(read), Some(start)) = (kernel_counts, counts_at_start)
         {
