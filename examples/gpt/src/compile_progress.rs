@@ -141,50 +141,68 @@ impl CompileMessages {
     }
 }
 
-/// A thread that shows compilation on the progress bar while the run goes on; stops when
-/// dropped.
-pub struct CompileWatch {
+/// A thread that calls `look` every [`LOOK_EVERY`] until dropped.
+struct Watcher {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
-/// How often the watch looks at the counts.
-const LOOK_EVERY: Duration = Duration::from_millis(250);
-
-impl CompileWatch {
-    /// Starts watching `read`'s counts for `bar`; with `print_lines` (the bar is not drawn and
-    /// the run is not `--quiet`) messages that are due are printed to stderr as well.
-    pub fn start(bar: &ProgressBar, read: CountsReader, print_lines: bool) -> CompileWatch {
+impl Watcher {
+    fn spawn(name: &str, mut look: impl FnMut() + Send + 'static) -> Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (bar, stop) = (bar.clone(), stop.clone());
+            let stop = stop.clone();
             std::thread::Builder::new()
-                .name("gpt-compile-progress".into())
+                .name(name.into())
                 .spawn(move || {
-                    let mut messages = CompileMessages::new(read(), Instant::now());
                     while !stop.load(Relaxed) {
                         std::thread::park_timeout(LOOK_EVERY);
-                        let look = messages.look(read(), Instant::now());
-                        if let Some(message) = look.message {
-                            if look.line_due && print_lines {
-                                eprintln!("{message}");
-                            }
-                            bar.set_message(message);
+                        if !stop.load(Relaxed) {
+                            look();
                         }
                     }
                 })
                 .ok()
         };
-        CompileWatch { stop, thread }
+        Watcher { stop, thread }
     }
 }
 
-impl Drop for CompileWatch {
+impl Drop for Watcher {
     fn drop(&mut self) {
         self.stop.store(true, Relaxed);
         if let Some(thread) = self.thread.take() {
             thread.thread().unpark();
             let _ = thread.join();
+        }
+    }
+}
+
+/// How often a watch looks.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// A thread that shows compilation on the progress bar while the run goes on; stops when
+/// dropped.
+pub struct CompileWatch {
+    _watcher: Watcher,
+}
+
+impl CompileWatch {
+    /// Starts watching `read`'s counts for `bar`; with `print_lines` (the bar is not drawn and
+    /// the run is not `--quiet`) messages that are due are printed to stderr as well.
+    pub fn start(bar: &ProgressBar, read: CountsReader, print_lines: bool) -> CompileWatch {
+        let bar = bar.clone();
+        let mut messages = CompileMessages::new(read(), Instant::now());
+        CompileWatch {
+            _watcher: Watcher::spawn("gpt-compile-progress", move || {
+                let look = messages.look(read(), Instant::now());
+                if let Some(message) = look.message {
+                    if look.line_due && print_lines {
+                        eprintln!("{message}");
+                    }
+                    bar.set_message(message);
+                }
+            }),
         }
     }
 }
@@ -207,47 +225,28 @@ fn first_step_notices(ran: Duration) -> u64 {
 /// has run once it has run 15 s, then every minute, until dropped: a GPU backend's first step
 /// compiles its kernels, for minutes on a fresh machine, and should not look like a hang.
 pub struct SlowFirstStep {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _watcher: Watcher,
 }
 
 impl SlowFirstStep {
     /// Starts the clock for step `step`; `why` ends each line (what the step is likely doing).
     pub fn start(bar: &ProgressBar, step: u64, why: &'static str) -> SlowFirstStep {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (bar, stop) = (bar.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("gpt-first-step".into())
-                .spawn(move || {
-                    let started = Instant::now();
-                    let mut printed = 0;
-                    while !stop.load(Relaxed) {
-                        std::thread::park_timeout(LOOK_EVERY);
-                        let ran = started.elapsed();
-                        if first_step_notices(ran) > printed && !stop.load(Relaxed) {
-                            printed = first_step_notices(ran);
-                            let line = format!(
-                                "step {}: still running after {} s ({why})",
-                                step + 1,
-                                ran.as_secs()
-                            );
-                            bar.suspend(|| eprintln!("{line}"));
-                        }
-                    }
-                })
-                .ok()
-        };
-        SlowFirstStep { stop, thread }
-    }
-}
-
-impl Drop for SlowFirstStep {
-    fn drop(&mut self) {
-        self.stop.store(true, Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.thread().unpark();
-            let _ = thread.join();
+        let bar = bar.clone();
+        let started = Instant::now();
+        let mut printed = 0;
+        SlowFirstStep {
+            _watcher: Watcher::spawn("gpt-first-step", move || {
+                let ran = started.elapsed();
+                if first_step_notices(ran) > printed {
+                    printed = first_step_notices(ran);
+                    let line = format!(
+                        "step {}: still running after {} s ({why})",
+                        step + 1,
+                        ran.as_secs()
+                    );
+                    bar.suspend(|| eprintln!("{line}"));
+                }
+            }),
         }
     }
 }
